@@ -1,0 +1,103 @@
+"""PyTorch/XLA on JAX: the torch_xla user API over JAX's XLA compiler and PJRT runtime.
+
+`torch_xla.device()` is the lazy `xla` device: ops on it are recorded into a
+graph, which is compiled once by XLA (cached by hash) and run at a barrier
+(`torch_xla.sync()`, `xm.mark_step()`, a host read).
+"""
+import contextlib
+import functools
+
+import torch
+
+from .version import __version__
+from .engine import device as _device_layer
+from .engine import dispatch as _dispatch  # noqa: F401
+from .engine import lowering as _lowering  # noqa: F401
+from .engine import transfers as _transfers  # noqa: F401
+from .engine import executor as _executor
+from .engine import runtime as _runtime
+
+_device_layer.register()
+
+from . import _XLAC  # noqa: E402,F401
+
+
+def device(index=None):
+    """The XLA device of this process (`xla:0`); `index` must be None or 0."""
+    if index not in (None, 0):
+        raise ValueError(
+            f"torch_xla: this process owns one XLA device (xla:0); got index {index}. "
+            "Use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
+    return torch.device("xla", 0)
+
+
+def devices():
+    """The XLA devices this process can address: [xla:0]."""
+    return [torch.device("xla", 0)]
+
+
+def device_count():
+    """How many XLA devices this process can address (1)."""
+    return 1
+
+
+def real_devices():
+    """The runtime names of this process's devices, e.g. ['CPU:0']."""
+    from . import runtime as xr
+    return [f"{xr.device_type()}:{xr.global_ordinal()}"]
+
+
+def manual_seed(seed, device=None):
+    """Seed the XLA device's random generator."""
+    from .engine.lowering.random import manual_seed as _seed
+    _seed(seed)
+
+
+def sync(wait=False, reset_scope=True):
+    """Compile and run every pending op, then launch the step closures.
+
+    With wait=True, block until the device has finished."""
+    from .core import xla_model as xm
+    xm.mark_step(wait=wait)
+
+
+@contextlib.contextmanager
+def step():
+    """Context manager for one training step: syncs on exit."""
+    try:
+        yield
+    finally:
+        sync()
+
+
+def compile(f=None, full_graph=False, name=None, num_different_graphs_allowed=None):  # noqa: A001
+    """Trace `f` lazily and sync once when it returns, so one call is one graph.
+
+    Works as a decorator, `torch_xla.compile(fn)`, or as a context manager,
+    `with torch_xla.compile(): ...`."""
+    if f is None:
+        return _CompileContext(full_graph, name)
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        with _CompileContext(full_graph, name):
+            return f(*args, **kwargs)
+    return wrapper
+
+
+class _CompileContext:
+    def __init__(self, full_graph, name):
+        self.full_graph = full_graph
+        self.name = name
+
+    def __enter__(self):
+        sync()
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            sync()
+        return False
+
+    def __call__(self, f):
+        return compile(f, self.full_graph, self.name)

@@ -1,0 +1,154 @@
+"""The `xla` device in PyTorch: PrivateUse1 renamed, with hooks, a device
+guard, a device module (torch.xla) and PrivateUse1 kernels for factory ops.
+
+One torch device per process (`xla:0`): PyTorch's Python device guard knows
+one device, and autograd needs the guard. Many devices means many processes,
+or SPMD with one logical device.
+"""
+import torch
+
+from .lowering import registry
+from .tracing import OpInfo, trace_node, wrap
+
+_registered = False
+_lib = None
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self):
+        return True
+
+    def has_primary_context(self, dev_id):
+        return True
+
+    def is_built(self):
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+class DeviceModule:
+    """What torch expects at torch.xla for a PrivateUse1 backend."""
+
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork():
+        return False
+
+    @staticmethod
+    def _lazy_init():
+        return None
+
+    @staticmethod
+    def device_count():
+        return 1
+
+    @staticmethod
+    def current_device():
+        return 0
+
+    @staticmethod
+    def set_device(device):
+        return None
+
+    @staticmethod
+    def synchronize(device=None):
+        from .executor import wait_device_ops
+        wait_device_ops()
+
+    @staticmethod
+    def manual_seed(seed):
+        from .lowering.random import manual_seed
+        manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+    @staticmethod
+    def seed():
+        import random as _r
+        from .lowering.random import manual_seed
+        manual_seed(_r.getrandbits(63))
+
+    @staticmethod
+    def initial_seed():
+        from .lowering.random import rng
+        return rng.seed
+
+    @staticmethod
+    def get_rng_state(device=None):
+        from .lowering.random import rng
+        return torch.tensor([rng.seed, rng.offset], dtype=torch.int64).view(torch.uint8)
+
+    @staticmethod
+    def set_rng_state(state, device=None):
+        from .lowering.random import rng
+        vals = state.view(torch.int64).tolist()
+        rng.seed, rng.offset = int(vals[0]), int(vals[1])
+
+    @staticmethod
+    def is_bf16_supported(including_emulation=True):
+        return True
+
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.bfloat16, torch.float16]
+
+    @staticmethod
+    def _is_autocast_enabled():
+        return torch.is_autocast_enabled("xla")
+
+    @staticmethod
+    def get_autocast_dtype():
+        return torch.get_autocast_dtype("xla")
+
+
+_FACTORIES = (
+    "empty.memory_format", "empty_strided", "arange", "arange.start", "arange.start_step",
+    "linspace", "logspace", "eye", "eye.m", "full", "scalar_tensor", "zeros", "ones",
+    "empty_permuted",
+)
+
+
+def _factory_impl(func):
+    info = OpInfo(func._schema.name.split("::")[-1] + ("." + func._overloadname if func._overloadname != "default" else ""),
+                  func, registry.find(func))
+
+    def impl(*args, **kwargs):
+        if info.lowering is None:
+            raise RuntimeError(f"torch_xla: no lowering for factory aten::{info.name}")
+        kwargs.pop("pin_memory", None)
+        node, e = trace_node(info, args, kwargs)
+        return wrap(node, e)
+    return impl
+
+
+def register():
+    global _registered, _lib
+    if _registered:
+        return
+    if not hasattr(torch._C, "_acc"):
+        raise ImportError("torch_xla needs torch>=2.10 (torch._C._acc for Python PrivateUse1 backends)")
+    if torch._C._get_privateuse1_backend_name() != "xla":
+        torch.utils.rename_privateuse1_backend("xla")
+    torch._register_device_module("xla", DeviceModule())
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    _lib = torch.library.Library("aten", "IMPL", "PrivateUse1")
+    for name in _FACTORIES:
+        func = registry._resolve(name if "." in name else name + ".default")
+        if func is None:
+            continue
+        _lib.impl(name, _factory_impl(func))
+    from . import tensor
+    tensor._DEVICE = torch.device("xla", 0)
+    _registered = True

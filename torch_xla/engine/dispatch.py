@@ -1,0 +1,227 @@
+"""Choosing how an aten op runs on the XLA device, once per op.
+
+make_handler(func) classifies an overload by its schema and returns a
+handler(args, kwargs):
+  registered handler   ops with their own logic (copy_, item, random, ...)
+  view                 aliasing outputs (views.py)
+  in-place / out=      run the functional twin, then assign the result
+  lowered              one IR node (tracing.trace_node)
+  decomposed           torch._decomp rule run on XLA tensors (each sub-op traced)
+  fallback             run on the CPU (fallback.py), counted as aten::<op>
+"""
+import torch
+
+from . import fallback, tracing, views
+from .lowering import registry
+from .tracing import OpInfo, trace_node, wrap
+
+aten = torch.ops.aten
+_infos = {}
+
+
+def op_info(func):
+    info = _infos.get(func)
+    if info is None:
+        name = func._schema.name.split("::")[-1]
+        if func._overloadname != "default":
+            name += "." + func._overloadname
+        info = _infos[func] = OpInfo(name, func, registry.find(func))
+    return info
+
+
+def _decomposition(func):
+    from torch._decomp import decomposition_table
+    d = decomposition_table.get(func)
+    if d is None:
+        try:
+            from torch._refs import python_ref_table  # noqa: F401
+        except Exception:  # noqa: BLE001
+            pass
+    return d
+
+
+def _is_view(schema):
+    rets = schema.returns
+    if not rets or not schema.arguments:
+        return False
+    a0 = schema.arguments[0].alias_info
+    if a0 is None or a0.is_write:
+        return False
+    r0 = rets[0].alias_info
+    return r0 is not None and not r0.is_write
+
+
+def _mutated_args(schema):
+    return [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _functional_twin(func):
+    """add_.Tensor -> add.Tensor; add.out -> add.Tensor (matching argument names)."""
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    ov = func._overloadname
+    if name.endswith("_") and not name.startswith("__"):
+        packet = getattr(aten, name[:-1], None)
+        if packet is not None:
+            twin = getattr(packet, ov, None)
+            if twin is not None and not _mutated_args(twin._schema):
+                return twin
+        return None
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return None
+    want = [a.name for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+    for cand_name in packet.overloads():
+        cand = getattr(packet, cand_name)
+        if _mutated_args(cand._schema):
+            continue
+        if [a.name for a in cand._schema.arguments] == want:
+            return cand
+    return None
+
+
+def _call(func, args, kwargs):
+    from .tensor import _handlers
+    h = _handlers.get(func)
+    if h is None:
+        h = _handlers[func] = make_handler(func)
+    return h(args, kwargs)
+
+
+def _functional_handler(info):
+    def h(args, kwargs):
+        node, e = trace_node(info, args, kwargs)
+        return wrap(node, e)
+    return h
+
+
+def _decomp_handler(func, decomp):
+    def h(args, kwargs):
+        return decomp(*args, **kwargs)
+    return h
+
+
+def _cast_to(v, from_aval, to_aval):
+    node, _ = trace_node(_CONVERT, (tracing.ValueArg(v, from_aval),), {"shape": to_aval[0], "dtype": to_aval[1]})
+    return (node, 0)
+
+
+def _convert_meta(x, *, shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _convert_lowering(x, *, shape, dtype):
+    import jax.numpy as jnp
+    from .dtypes import to_jax
+    return jnp.broadcast_to(x.astype(to_jax(dtype)), shape)
+
+
+_CONVERT = OpInfo("_to_copy", None, _convert_lowering, meta=_convert_meta)
+
+
+def assign_result(target, result):
+    """Write XLA tensor `result` into `target` (cast/broadcast to target's aval)."""
+    if result._xb is None:
+        v = result._v
+    else:
+        v = views.view_value(result)
+    if result._aval != target._aval:
+        v = _cast_to(v, result._aval, target._aval)
+    views.assign(target, v)
+
+
+def _inplace_handler(func, twin):
+    twin_h = None
+    mut = _mutated_args(func._schema)
+    checked = set()
+
+    def h(args, kwargs):
+        nonlocal twin_h
+        if twin_h is None:
+            twin_h = lambda a, k: _call(twin, a, k)  # noqa: E731
+        res = twin_h(args, kwargs)
+        if mut == [0]:
+            targets = args[0]
+            if isinstance(targets, (list, tuple)):
+                for t, r in zip(targets, res):
+                    _check_inplace(func, t, r, args, kwargs, checked)
+                    assign_result(t, r)
+                return None
+            _check_inplace(func, targets, res, args, kwargs, checked)
+            assign_result(targets, res)
+            return targets
+        raise NotImplementedError(func)
+    return h
+
+
+def _check_inplace(func, target, res, args, kwargs, checked):
+    """Let PyTorch's own meta kernel reject what eager would (dtype casts, broadcasts)."""
+    if res._aval == target._aval:
+        return
+    key = (target._aval, res._aval)
+    if key in checked:
+        return
+    margs = tuple(tracing._meta_arg(a) for a in args)
+    mkw = {k: tracing._meta_arg(v) for k, v in kwargs.items()}
+    try:
+        func(*margs, **mkw)
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
+    checked.add(key)
+
+
+def _out_handler(func, twin):
+    schema = func._schema
+    out_names = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write and a.kwarg_only]
+    in_names = [a.name for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+
+    def h(args, kwargs):
+        kw = {k: v for k, v in kwargs.items() if k not in out_names}
+        outs = [kwargs[n] for n in out_names]
+        res = _call(twin, args, kw)
+        results = [res] if len(outs) == 1 else list(res)
+        for o, r in zip(outs, results):
+            if isinstance(o, torch.Tensor) and o.device.type != "xla":
+                o.copy_(r.cpu())
+                continue
+            if o._aval[0] != r._aval[0]:
+                if o.numel() != 0 and o._xb is None:
+                    raise RuntimeError(
+                        f"torch_xla: out= tensor of shape {list(o.shape)} cannot be resized to {list(r.shape)} "
+                        f"for aten::{schema.name.split('::')[-1]}; pass an out tensor of the result's shape")
+                if o.numel() == 0:
+                    raise RuntimeError(
+                        f"torch_xla: resizing an empty out= tensor is not supported (aten::{schema.name}); "
+                        f"use the functional form")
+            assign_result(o, r)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    del in_names
+    return h
+
+
+def make_handler(func):
+    h = registry.HANDLERS.get(func) or registry.HANDLERS.get(func.overloadpacket)
+    if h is not None:
+        return h
+    schema = func._schema
+    if _is_view(schema):
+        return views.make_view_handler(op_info(func), False)
+    mut = _mutated_args(schema)
+    if mut:
+        twin = _functional_twin(func)
+        if twin is not None:
+            if mut == [0] and func._schema.arguments[0].name == "self" and not schema.name.endswith(".out"):
+                if not any(a.kwarg_only and a.alias_info and a.alias_info.is_write for a in schema.arguments):
+                    return _inplace_handler(func, twin)
+            if all(schema.arguments[i].kwarg_only for i in mut):
+                return _out_handler(func, twin)
+        return fallback.handler(func)
+    info = op_info(func)
+    if info.lowering is not None:
+        return _functional_handler(info)
+    decomp = _decomposition(func)
+    if decomp is not None:
+        return _decomp_handler(func, decomp)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return lambda args, kwargs: func.decompose(*args, **kwargs)
+    return fallback.handler(func)

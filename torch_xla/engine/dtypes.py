@@ -1,0 +1,65 @@
+"""torch <-> JAX/numpy dtype maps."""
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import torch
+
+TORCH_TO_JAX = {
+    torch.float32: jnp.dtype(jnp.float32),
+    torch.float64: jnp.dtype(jnp.float64),
+    torch.float16: jnp.dtype(jnp.float16),
+    torch.bfloat16: jnp.dtype(jnp.bfloat16),
+    torch.int64: jnp.dtype(jnp.int64),
+    torch.int32: jnp.dtype(jnp.int32),
+    torch.int16: jnp.dtype(jnp.int16),
+    torch.int8: jnp.dtype(jnp.int8),
+    torch.uint8: jnp.dtype(jnp.uint8),
+    torch.bool: jnp.dtype(jnp.bool_),
+    torch.complex64: jnp.dtype(jnp.complex64),
+    torch.complex128: jnp.dtype(jnp.complex128),
+}
+for _name, _np in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
+    if hasattr(torch, _name):
+        TORCH_TO_JAX[getattr(torch, _name)] = jnp.dtype(_np)
+for _name, _ml in (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2", "float8_e5m2")):
+    if hasattr(torch, _name) and hasattr(ml_dtypes, _ml):
+        TORCH_TO_JAX[getattr(torch, _name)] = jnp.dtype(getattr(ml_dtypes, _ml))
+
+JAX_TO_TORCH = {v: k for k, v in TORCH_TO_JAX.items()}
+
+# numpy dtypes torch.from_numpy cannot take are moved as same-width ints
+_VIEW_AS = {torch.bfloat16: (np.uint16, torch.int16), torch.float16: (None, None)}
+
+
+def to_jax(dt):
+    try:
+        return TORCH_TO_JAX[dt]
+    except KeyError:
+        raise TypeError(f"torch_xla: dtype {dt} is not supported on the XLA device") from None
+
+
+def numpy_to_torch(arr, dtype):
+    """numpy array (of to_jax(dtype)) -> CPU torch tensor of `dtype`, owning its memory."""
+    if dtype == torch.bfloat16 or (getattr(torch, "float8_e4m3fn", None) is not None
+                                   and dtype in (getattr(torch, "float8_e4m3fn"), getattr(torch, "float8_e5m2", None))):
+        width = arr.dtype.itemsize
+        ints = {1: (np.uint8, torch.uint8), 2: (np.int16, torch.int16)}[width]
+        return torch.from_numpy(np.array(arr).view(ints[0])).view(dtype)
+    if dtype in (getattr(torch, "uint16", None), getattr(torch, "uint32", None), getattr(torch, "uint64", None)):
+        return torch.from_numpy(np.array(arr)).view(dtype) if hasattr(torch, "uint16") else torch.from_numpy(np.array(arr))
+    return torch.from_numpy(np.array(arr))
+
+
+def torch_to_numpy(t):
+    """CPU torch tensor -> numpy array in the matching JAX dtype."""
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(jnp.bfloat16)
+    jd = TORCH_TO_JAX.get(t.dtype)
+    if jd is not None and jd.name.startswith("float8"):
+        return t.contiguous().view(torch.uint8).numpy().view(jd)
+    return t.contiguous().numpy()

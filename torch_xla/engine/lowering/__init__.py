@@ -1,0 +1,13 @@
+"""aten -> JAX lowering rules, one module per op family.
+
+  registry.py     @lower / @handler and the lookup
+  elementwise.py  arithmetic, comparisons, unary math, where/clamp, casts
+  reductions.py   sum/mean/max/..., softmax families, cumulative ops
+  shape_ops.py    views, cat/stack, indexing, gather/scatter, padding
+  nn.py           convolution, pooling, normalisation, losses, dropout, attention
+  linalg.py       matmul family, einsum-able products
+  factories.py    full/arange/eye/... and *_like
+  random.py       the device generator and random ops
+"""
+from . import registry  # noqa: F401
+from . import elementwise, reductions, shape_ops, nn, linalg, factories, random  # noqa: F401

@@ -1,0 +1,66 @@
+"""The lowering registry: aten overload (or whole overload packet) -> rule.
+
+A rule takes the aten op's arguments with JAX arrays in place of tensors and
+returns JAX arrays in the op's return structure. The current op's output
+avals are at `ctx.entry` (see tracing.LoweringContext) for rules that need the
+PyTorch-decided dtype or shape.
+"""
+import torch
+
+from ..tracing import ctx  # noqa: F401  (re-exported for rule modules)
+
+aten = torch.ops.aten
+LOWERINGS = {}
+# handlers that replace the generic path for an op (random, data-dependent, mutating)
+HANDLERS = {}
+
+
+def _resolve(name):
+    """'add.Tensor' -> aten.add.Tensor; 'add' -> the packet; None when this torch lacks it."""
+    if not isinstance(name, str):
+        return name
+    base, _, overload = name.partition(".")
+    packet = getattr(aten, base, None)
+    if packet is None:
+        return None
+    if not overload:
+        return packet
+    return getattr(packet, overload, None)
+
+
+def lower(*names):
+    """Register the decorated rule for aten ops given as 'name.overload' or 'name'
+    (every overload). Ops this torch does not have are skipped quietly."""
+    def deco(fn):
+        for n in names:
+            op = _resolve(n)
+            if op is not None:
+                LOWERINGS[op] = fn
+        return fn
+    return deco
+
+
+def handler(*names):
+    """Register a dispatch-level handler (args, kwargs) -> result for aten ops."""
+    def deco(fn):
+        for n in names:
+            op = _resolve(n)
+            if op is not None:
+                HANDLERS[op] = fn
+        return fn
+    return deco
+
+
+def find(func):
+    fn = LOWERINGS.get(func)
+    if fn is None:
+        fn = LOWERINGS.get(func.overloadpacket)
+    return fn
+
+
+def out_dtype(i=0):
+    return ctx.entry.out_dtype(i)
+
+
+def out_shape(i=0):
+    return ctx.entry.out_shape(i)

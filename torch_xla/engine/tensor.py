@@ -1,0 +1,103 @@
+"""XLATensor: the lazy tensor PyTorch sees on the `xla` device.
+
+A base tensor holds `_v`, an IR value (node, index): device data once
+executed, an op node while pending. A view holds `_base` (its root base) and
+`_chain` (the view steps from the base); its value is re-derived from the
+base whenever the base has changed since (see views.py). `_gen` counts a
+base's mutations.
+"""
+import weakref
+
+import torch
+
+from . import tracing
+
+_DEVICE = None  # torch.device("xla", 0), set once PrivateUse1 is renamed (device.register)
+
+
+class XLATensor(torch.Tensor):
+    # Python-level torch functions go straight to C++; all the work is in dispatch.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, *args, **kwargs):
+        raise TypeError("XLATensor is made by torch_xla; use tensor.to('xla')")
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        h = _handlers.get(func)
+        if h is None:
+            from .dispatch import make_handler
+            h = _handlers[func] = make_handler(func)
+        return h(args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None):
+        from .transfers import to_cpu
+        cpu = to_cpu(self)
+        contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
+        text = torch._tensor_str._str_intern(self, tensor_contents=contents)
+        return "tensor(" + text[len(type(self).__name__) + 1:]
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def numpy(self, *, force=False):
+        if not force:
+            raise TypeError(
+                "can't convert xla:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.")
+        return self.cpu().numpy()
+
+    def __reduce_ex__(self, proto):
+        # pickling goes through the CPU, as torch does for xla tensors
+        from .transfers import to_cpu
+        return (_rebuild_from_cpu, (to_cpu(self), self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            out = self.clone()
+        out.requires_grad_(self.requires_grad)
+        memo[id(self)] = out
+        return out
+
+
+def _rebuild_from_cpu(cpu, requires_grad):
+    t = cpu.to(_DEVICE)
+    t.requires_grad_(requires_grad)
+    return t
+
+
+_handlers = {}
+_make = torch.Tensor._make_wrapper_subclass
+pending = []  # weakrefs to base tensors that became pending since the last barrier
+_ref = weakref.ref
+
+
+def new_base(v, aval):
+    """Wrap IR value v (node, index) with aval (shape, dtype) as a base tensor."""
+    t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
+    t._v = v
+    t._aval = aval
+    t._xb = None
+    t._gen = 0
+    if v[0].kind == 2:
+        pending.append(_ref(t))
+    return t
+
+
+def new_view(base, chain, aval, v, gen):
+    t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
+    t._v = v
+    t._aval = aval
+    t._xb = base
+    t._chain = chain
+    t._vgen = gen
+    return t
+
+
+tracing._XLATensor = XLATensor

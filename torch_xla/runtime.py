@@ -1,0 +1,114 @@
+"""torch_xla.runtime (xr): the PJRT runtime's view of this process and job."""
+import os
+import warnings
+
+from .engine import runtime as _rt
+
+
+def device_type():
+    """The PJRT device kind: 'CPU', 'CUDA' or 'TPU'."""
+    return _rt.device_type()
+
+
+def using_pjrt():
+    """Always True: the runtime is PJRT."""
+    return True
+
+
+def _env_int(*names, default):
+    for n in names:
+        v = os.environ.get(n)
+        if v not in (None, ""):
+            return int(v)
+    return default
+
+
+def world_size():
+    """Number of participants (processes, one device each) in the job."""
+    return _env_int("WORLD_SIZE", "XLA_WORLD_SIZE", default=1)
+
+
+def global_ordinal():
+    """This process's rank in the job."""
+    return _env_int("RANK", "XLA_GLOBAL_ORDINAL", default=0)
+
+
+def local_ordinal():
+    """This process's rank on its host."""
+    return _env_int("LOCAL_RANK", "XLA_LOCAL_ORDINAL", default=0)
+
+
+def local_process_count():
+    """Processes of the job on this host."""
+    return _env_int("LOCAL_WORLD_SIZE", "XLA_LOCAL_WORLD_SIZE", default=1)
+
+
+def process_index():
+    """Index of this process in the job (same as the global ordinal here)."""
+    return global_ordinal()
+
+
+def process_count():
+    """Processes in the job."""
+    return world_size()
+
+
+def host_index():
+    """Index of this host."""
+    return _env_int("GROUP_RANK", "XLA_HOST_INDEX", default=0)
+
+
+def local_device_count():
+    """Devices this process uses (one)."""
+    return 1
+
+
+def addressable_device_count():
+    """Devices this process addresses (one)."""
+    return 1
+
+
+def global_device_count():
+    """Devices in the whole job."""
+    return world_size()
+
+
+def global_runtime_device_count():
+    """Runtime devices in the whole job (SPMD counts every device)."""
+    from .engine import spmd_state
+    if spmd_state.enabled():
+        return spmd_state.num_devices()
+    return world_size()
+
+
+def addressable_runtime_device_count():
+    return global_runtime_device_count() if world_size() == 1 else 1
+
+
+def get_master_ip():
+    """The coordinator's address."""
+    return os.environ.get("MASTER_ADDR", "127.0.0.1")
+
+
+def is_spmd():
+    from .engine import spmd_state
+    return spmd_state.enabled()
+
+
+def use_spmd(auto=False):
+    """Switch to SPMD: one logical device over every local device."""
+    from .engine import spmd_state
+    spmd_state.enable()
+
+
+def initialize_cache(path, readonly=False):
+    """Turn on the persistent compilation cache at `path` (before any computation)."""
+    from .engine import persistent_cache
+    persistent_cache.initialize(path, readonly)
+
+
+def set_device_type(pjrt_device):
+    """Select the PJRT device kind before the runtime starts."""
+    if _rt.is_initialized():
+        warnings.warn("set_device_type after the runtime started has no effect")
+    os.environ["PJRT_DEVICE"] = pjrt_device
