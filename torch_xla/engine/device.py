@@ -122,6 +122,9 @@ _FACTORIES = (
 def _factory_impl(func):
     info = OpInfo(func._schema.name.split("::")[-1] + ("." + func._overloadname if func._overloadname != "default" else ""),
                   func, registry.find(func))
+    # factory sizes and ranges decide shapes: keep every number static
+    info.scalar_pos = frozenset()
+    info.scalar_kw = frozenset()
 
     def impl(*args, **kwargs):
         if info.lowering is None:
@@ -130,6 +133,13 @@ def _factory_impl(func):
         node, e = trace_node(info, args, kwargs)
         return wrap(node, e)
     return impl
+
+
+def _copy_from(src, dst, non_blocking=False):
+    # reached when PyTorch copies into an XLA tensor below the Python key
+    # (torch.tensor(data, device="xla"))
+    from .transfers import _copy_
+    return _copy_((dst, src), {})
 
 
 def register():
@@ -151,4 +161,7 @@ def register():
         _lib.impl(name, _factory_impl(func))
     from . import tensor
     tensor._DEVICE = torch.device("xla", 0)
+    _lib.impl("_copy_from", _copy_from)
+    from . import autograd_errors
+    autograd_errors.install()
     _registered = True

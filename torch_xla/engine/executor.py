@@ -206,6 +206,7 @@ def sync(tensors=None, wait=False, reason="user"):
             for b, arr in zip(bases, outs):
                 node = ir.data_node(arr, *b._aval)
                 b._v = (node, 0)
+                b._gen += 1  # views re-derive from the data, not the executed IR
                 b._last_data = None
         if wait:
             for b in bases:

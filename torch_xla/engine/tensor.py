@@ -10,7 +10,7 @@ import weakref
 
 import torch
 
-from . import tracing
+from . import autograd_errors, tracing
 
 _DEVICE = None  # torch.device("xla", 0), set once PrivateUse1 is renamed (device.register)
 
@@ -29,7 +29,12 @@ class XLATensor(torch.Tensor):
         if h is None:
             from .dispatch import make_handler
             h = _handlers[func] = make_handler(func)
-        return h(args, kwargs or {})
+        try:
+            return h(args, kwargs or {})
+        except Exception as e:
+            if not autograd_errors.on_worker_thread():
+                raise
+            return autograd_errors.defer(func, args, kwargs or {}, e)
 
     def __repr__(self, *, tensor_contents=None):
         from .transfers import to_cpu

@@ -78,7 +78,7 @@ class OpInfo:
             pos, kw = set(), set()
             for i, a in enumerate(func._schema.arguments):
                 ty = str(a.type)
-                if ty in ("Scalar", "Scalar?"):
+                if ty in ("Scalar", "Scalar?", "number", "number?", "Tensor", "Tensor?", "Optional[number]"):
                     if a.kwarg_only:
                         kw.add(a.name)
                     else:

@@ -43,6 +43,7 @@ def device_array(t):
     arr = materialize(v, t._aval)
     if t._xb is None and t._v[0].kind == ir.OP:
         t._v = (ir.data_node(arr, *t._aval), 0)
+        t._gen += 1
         t._last_data = None
     return arr
 

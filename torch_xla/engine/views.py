@@ -23,6 +23,8 @@ def _apply_step(step, v, aval):
 
 def view_value(t):
     base = t._xb
+    if not t._chain:
+        return base._v
     if t._vgen == base._gen:
         return t._v
     v, aval = base._v, base._aval

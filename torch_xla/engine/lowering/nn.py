@@ -97,7 +97,7 @@ def _max_pool(x, kernel, stride, padding, dilation, out_sp):
     lead = x.ndim - nd
     pads = _pool_pads(x.shape[lead:], out_sp, kernel, stride, padding, dilation)
     init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).min
-    return lax.reduce_window(x, jnp.asarray(init, x.dtype), lax.max, (1,) * lead + tuple(kernel),
+    return lax.reduce_window(x, np.array(init, dtype=x.dtype), lax.max, (1,) * lead + tuple(kernel),
                              (1,) * lead + tuple(stride), [(0, 0)] * lead + pads,
                              window_dilation=(1,) * lead + tuple(dilation))
 
@@ -172,7 +172,7 @@ def _avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_
     win = (1,) * lead + tuple(kernel)
     strides = (1,) * lead + tuple(stride)
     allpads = [(0, 0)] * lead + pads
-    s = lax.reduce_window(x, jnp.asarray(0, x.dtype), lax.add, win, strides, allpads)
+    s = lax.reduce_window(x, np.array(0, dtype=x.dtype), lax.add, win, strides, allpads)
     if divisor_override:
         return s / jnp.asarray(divisor_override, x.dtype)
     if count_include_pad:
