@@ -89,8 +89,24 @@ def _call(func, args, kwargs):
 
 
 def _functional_handler(info):
+    from .ir import Node, OP
+    from .tensor import new_base
+    from .tracing import DeviceMismatch, device_mismatch_error, make_entry, walk_args
+    memo = info.memo
+
     def h(args, kwargs):
-        node, e = trace_node(info, args, kwargs)
+        # trace_node + wrap, inlined: this is the per-op hot path
+        try:
+            key, ops, hs = walk_args(args, kwargs, info)
+        except DeviceMismatch as exc:
+            raise device_mismatch_error(info.name, exc.args[0]) from None
+        e = memo.get(key)
+        if e is None:
+            e = memo[key] = make_entry(info, key, args, kwargs)
+        hs.append(e.hash)
+        node = Node(OP, e, tuple(ops), hash(tuple(hs)))
+        if e.out_struct is None:
+            return new_base((node, 0), e.out_avals[0])
         return wrap(node, e)
     return h
 
@@ -199,12 +215,73 @@ def _out_handler(func, twin):
     return h
 
 
+_FOREACH_CANDIDATES = {
+    "default": ("default",),
+    "List": ("Tensor", "default", "Tensor_Tensor"),
+    "Tensor": ("Tensor", "default", "Tensor_Tensor"),
+    "Scalar": ("Scalar", "Tensor", "default", "Tensor_Scalar"),
+    "ScalarList": ("Scalar", "Tensor", "default", "Tensor_Scalar"),
+    "ScalarAndTensor": ("Scalar", "Scalar_Tensor"),
+}
+
+
+def _foreach_handler(func):
+    """_foreach_<op>[_] over lists: the per-tensor op, element by element (each
+    element is traced as usual, so the step stays one graph)."""
+    name = func._schema.name.split("::")[-1]
+    inplace = name.endswith("_")
+    base = name[len("_foreach_"):].rstrip("_")
+    if base == "norm":
+        elem_packet, cands = aten.linalg_vector_norm, ("default",)
+    else:
+        elem_packet = getattr(aten, base + ("_" if inplace else ""), None)
+        cands = _FOREACH_CANDIDATES.get(func._overloadname, ())
+    elem = None
+    for c in cands:
+        elem = getattr(elem_packet, c, None) if elem_packet is not None else None
+        if elem is not None:
+            break
+    if elem is None:
+        return fallback.handler(func)
+    arg_is_list = [("[]" in str(a.type) or "List" in str(a.type)) for a in func._schema.arguments]
+    arg_names = [a.name for a in func._schema.arguments]
+    n_pos = sum(1 for a in elem._schema.arguments if not a.kwarg_only)
+    kw_only = [a.name for a in elem._schema.arguments if a.kwarg_only]
+
+    def h(args, kwargs):
+        n = next(len(a) for a, is_list in zip(args, arg_is_list) if is_list)
+        outs = []
+        for i in range(n):
+            ai = []
+            for a, is_list, nm in zip(args, arg_is_list, arg_names):
+                if is_list:
+                    ai.append(a[i])
+                elif nm == "scalars" and isinstance(a, torch.Tensor):
+                    ai.append(a[i].item())
+                else:
+                    ai.append(a)
+            kw = dict(kwargs)
+            if base == "norm" and len(ai) > 1:
+                kw = {"ord": ai[1], **({"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {})}
+                ai = ai[:1]
+            elif len(ai) > n_pos:
+                kw.update(zip(kw_only, ai[n_pos:]))
+                ai = ai[:n_pos]
+            outs.append(_call(elem, tuple(ai), kw))
+        return None if inplace else outs
+    return h
+
+
 def make_handler(func):
     h = registry.HANDLERS.get(func) or registry.HANDLERS.get(func.overloadpacket)
     if h is not None:
         return h
     schema = func._schema
-    if _is_view(schema):
+    if schema.name.startswith("aten::_foreach_"):
+        return _foreach_handler(func)
+    if _is_view(schema) and (op_info(func).lowering is not None
+                             or not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")):
+        # view ops with no lowering (to.dtype, movedim, ...) decompose below
         return views.make_view_handler(op_info(func), False)
     mut = _mutated_args(schema)
     if mut:

@@ -15,10 +15,12 @@ import torch
 
 from . import ir
 from .dtypes import to_jax
+from .ir import _scalar_cache
 
 NO_SPECIAL_SCALARS = os.environ.get("XLA_NO_SPECIAL_SCALARS", "0") == "1"
 _SCALAR_TYPES = (float, int, bool, complex)
 _SKEY = {float: ("s", float), int: ("s", int), bool: ("s", bool), complex: ("s", complex)}
+_SKEY_F = _SKEY[float]
 
 
 class Slot:
@@ -170,6 +172,14 @@ def walk_args(args, kwargs, info):
             v = a._v if a._xb is None else _view_value(a)
             ops.append(v)
             hs.append(v[0].hash + v[1])
+        elif t is float and i in sp and not NO_SPECIAL_SCALARS and a != 0 and a != 1:
+            # the hot case: a Python float operand (lr, eps, a constant factor)
+            v = _scalar_cache.get(("float64", float, a))
+            if v is None:
+                v = ir.scalar_value(a)
+            key.append(_SKEY_F)
+            ops.append(v)
+            hs.append(v[0].hash)
         else:
             _walk(a, key, ops, hs, i in sp)
     if kwargs:

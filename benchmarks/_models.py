@@ -1,0 +1,112 @@
+"""The benchmark models, written twice: PyTorch and pure JAX, same shapes and SGD momentum."""
+import numpy as np
+
+
+def torch_mlp(batch, width=512, layers=4, classes=10):
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+    mods = []
+    d = width
+    for _ in range(layers):
+        mods += [nn.Linear(d, width), nn.ReLU()]
+    mods.append(nn.Linear(width, classes))
+    model = nn.Sequential(*mods)
+    data = torch.randn(batch, width)
+    target = torch.randint(0, classes, (batch,))
+    return model, data, target, nn.CrossEntropyLoss()
+
+
+def torch_mnist(batch):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 10, 5)
+            self.conv2 = nn.Conv2d(10, 20, 5)
+            self.fc1 = nn.Linear(320, 50)
+            self.fc2 = nn.Linear(50, 10)
+
+        def forward(self, x):
+            x = F.relu(F.max_pool2d(self.conv1(x), 2))
+            x = F.relu(F.max_pool2d(self.conv2(x), 2))
+            x = F.relu(self.fc1(torch.flatten(x, 1)))
+            return F.log_softmax(self.fc2(x), dim=1)
+
+    torch.manual_seed(0)
+    return Net(), torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,)), nn.NLLLoss()
+
+
+def _sgd_momentum(loss_fn, lr=0.01, mom=0.9):
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def step(params, bufs, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        bufs = jax.tree_util.tree_map(lambda b, g: mom * b + g, bufs, grads)
+        params = jax.tree_util.tree_map(lambda p, b: p - lr * b, params, bufs)
+        return params, bufs, x, y
+
+    del jnp
+    return step
+
+
+def jax_mlp(batch, width=512, layers=4, classes=10):
+    import jax
+    import jax.numpy as jnp
+    rng = np.random.default_rng(0)
+    params = []
+    for i in range(layers + 1):
+        out = classes if i == layers else width
+        params.append((jnp.asarray(rng.standard_normal((width, out), np.float32) * 0.04),
+                       jnp.zeros((out,), jnp.float32)))
+
+    def loss_fn(ps, x, y):
+        h = x
+        for i, (w, b) in enumerate(ps):
+            h = h @ w + b
+            if i < len(ps) - 1:
+                h = jax.nn.relu(h)
+        logp = jax.nn.log_softmax(h)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], 1))
+
+    x = jnp.asarray(rng.standard_normal((batch, width), np.float32))
+    y = jnp.asarray(rng.integers(0, classes, batch))
+    bufs = jax.tree_util.tree_map(jnp.zeros_like, params)
+    return _sgd_momentum(loss_fn), (params, bufs, x, y)
+
+
+def jax_mnist(batch):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    rng = np.random.default_rng(0)
+
+    def r(*s):
+        return jnp.asarray(rng.standard_normal(s, np.float32) * 0.1)
+
+    params = {"c1": r(10, 1, 5, 5), "b1": r(10), "c2": r(20, 10, 5, 5), "b2": r(20),
+              "f1": r(320, 50), "g1": r(50), "f2": r(50, 10), "g2": r(10)}
+
+    def conv(x, w, b):
+        y = lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return y + b[None, :, None, None]
+
+    def pool(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    def loss_fn(p, x, y):
+        h = jax.nn.relu(pool(conv(x, p["c1"], p["b1"])))
+        h = jax.nn.relu(pool(conv(h, p["c2"], p["b2"])))
+        h = jax.nn.relu(h.reshape(h.shape[0], -1) @ p["f1"] + p["g1"])
+        logp = jax.nn.log_softmax(h @ p["f2"] + p["g2"])
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], 1))
+
+    x = jnp.asarray(rng.standard_normal((batch, 1, 28, 28), np.float32))
+    y = jnp.asarray(rng.integers(0, 10, batch))
+    bufs = jax.tree_util.tree_map(jnp.zeros_like, params)
+    return _sgd_momentum(loss_fn), (params, bufs, x, y)
