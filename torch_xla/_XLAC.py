@@ -1,5 +1,5 @@
 """Stand-in for upstream's C++ extension module: the private entry points
-scripts and libraries call (graph dumps, sync helpers)."""
+scripts and libraries call (graph dumps, metrics, sync helpers, eager mode)."""
 
 
 def _xla_sync_multi(tensors, devices=None, wait=True, sync_xla_data=True):
@@ -13,3 +13,122 @@ def _xla_get_default_device():
 
 def _get_xla_tensor_dimension_size(t, dim):
     return t.shape[dim]
+
+
+# -- graph dumps ---------------------------------------------------------------
+
+def _get_xla_tensors_text(tensors):
+    """IR text of the graph computing `tensors` (upstream's `IR { ... }` format)."""
+    from .engine import graph_dump
+    return graph_dump.to_text(graph_dump.roots_of(list(tensors)))
+
+
+def _get_xla_tensors_dot(tensors):
+    """The same graph in Graphviz DOT."""
+    from .engine import graph_dump
+    return graph_dump.to_dot(graph_dump.roots_of(list(tensors)))
+
+
+def _get_xla_tensors_hlo(tensors):
+    """HLO text (before XLA's optimisations) of the graph computing `tensors`."""
+    from .engine import graph_dump
+    return graph_dump.to_hlo(graph_dump.roots_of(list(tensors)))
+
+
+def _get_stablehlo(tensors, device=None, devices=None, emit_bytecode=False):
+    from .engine import graph_dump
+    t = list(tensors) if tensors else None
+    if emit_bytecode:
+        return graph_dump.stablehlo_bytecode(t)
+    return graph_dump.stablehlo_text(t)
+
+
+def _get_graph_hash(tensors):
+    """A hash of the graph computing `tensors` (equal graphs share executables)."""
+    from .engine import executor, graph_dump
+    values = graph_dump.roots_of(list(tensors))
+    *_, sig = executor._collect(values)
+    return graph_dump_hash(hash(tuple(sig)))
+
+
+def graph_dump_hash(h):
+    from .engine.debug_analysis import hash_str
+    return hash_str(h)
+
+
+# -- metrics -------------------------------------------------------------------
+
+def _xla_metrics_report():
+    from .debug import metrics
+    return metrics.metrics_report()
+
+
+def _short_xla_metrics_report(counter_names, metric_names):
+    from .debug import metrics
+    return metrics.short_metrics_report(counter_names, metric_names)
+
+
+def _xla_counter_names():
+    from .debug import metrics
+    return metrics.counter_names()
+
+
+def _xla_counter_value(name):
+    from .debug import metrics
+    return metrics.counter_value(name)
+
+
+def _xla_metric_names():
+    from .debug import metrics
+    return metrics.metric_names()
+
+
+def _xla_metric_data(name):
+    from .debug import metrics
+    return metrics.metric_data(name)
+
+
+def _clear_xla_counters():
+    from .debug import metrics
+    metrics.clear_counters()
+
+
+def _clear_xla_metrics():
+    from .debug import metrics
+    metrics.clear_metrics()
+
+
+def _get_executed_fallback_ops():
+    from .debug import metrics
+    return metrics.executed_fallback_ops()
+
+
+# -- eager mode, execution guard -------------------------------------------------
+
+def _set_use_eager_mode(enable):
+    from .experimental import eager
+    eager.eager_mode(enable)
+
+
+def _get_use_eager_mode():
+    from .experimental import eager
+    return eager.is_eager_mode()
+
+
+def _set_allow_execution(allow):
+    from .engine import debug_analysis
+    debug_analysis.allow_execution = bool(allow)
+    debug_analysis.refresh()
+
+
+def _get_allow_execution():
+    from .engine import debug_analysis
+    return debug_analysis.allow_execution
+
+
+def _init_env():
+    from .engine import debug_analysis
+    debug_analysis.at_import()
+
+
+_init_env()

@@ -1,18 +1,43 @@
 """Counters and metrics, with upstream torch_xla's names and report format.
 
 A counter is a name -> int. A metric keeps its total sample count, the sum of
-its values and the last 1,024 samples (timestamp_ns, value) for rates and
-percentiles. Times are recorded in nanoseconds.
+its values and the last XLA_METRICS_SAMPLES (default 1,024) samples
+(timestamp_ns, value) for rates and percentiles. Times are recorded in
+nanoseconds, byte metrics in bytes, value metrics as plain numbers.
+
+The report is the text upstream prints: one `Metric:` block per metric with
+samples, then one `Counter:` block per non-zero counter, each registry sorted
+by name. Nothing here is called per traced op: the engine records at
+barriers, transfers and fallbacks only.
 """
 import math
 import os
 import threading
 import time
 
-_RING = 1024
 _lock = threading.Lock()
 counters = {}
 metrics = {}
+# metric renames in force (eager mode records EagerOpCompileTime instead of CompileTime)
+rename = {}
+# callables adding counts kept elsewhere until someone reads them (per-op counters)
+flushers = []
+
+
+def flush():
+    for f in flushers:
+        f()
+
+
+def _ring_size():
+    try:
+        n = int(os.environ.get("XLA_METRICS_SAMPLES", "1024"))
+    except ValueError:
+        n = 1024
+    return max(n, 1)
+
+
+_RING = _ring_size()
 
 
 class Metric:
@@ -25,8 +50,9 @@ class Metric:
         self.pos = 0
         self.repr = repr_fn
 
-    def add(self, value):
-        now = time.time_ns()
+    def add(self, value, now=None):
+        if now is None:
+            now = time.time_ns()
         self.total += 1
         self.acc += value
         if len(self.samples) < _RING:
@@ -39,15 +65,21 @@ class Metric:
         return self.samples[self.pos:] + self.samples[:self.pos]
 
 
+_TIME_PARTS = (("d", 86400e9, 2, 0), ("h", 3600e9, 2, 0), ("m", 60e9, 2, 0),
+               ("s", 1e9, 2, 0), ("ms", 1e6, 3, 0), ("us", 1e3, 7, 3))
+
+
 def format_time(ns):
-    """Upstream's duration format, e.g. 317ms794.578us or 02s042ms010.001us."""
-    parts = (("d", 86400e9, 2, 0), ("h", 3600e9, 2, 0), ("m", 60e9, 2, 0),
-             ("s", 1e9, 2, 0), ("ms", 1e6, 3, 0), ("us", 1e3, 7, 3))
-    out = []
+    """Upstream's duration format: 317ms794.578us, 02s042ms010.001us, 000.512us.
+
+    Every unit from the largest non-zero one down is printed, zero-padded
+    (2 digits, 3 for ms, 7 characters with 3 decimals for us)."""
     value = float(ns)
-    for suffix, scale, width, prec in parts:
+    out = []
+    last = len(_TIME_PARTS) - 1
+    for i, (suffix, scale, width, prec) in enumerate(_TIME_PARTS):
         cur = value / scale
-        if cur >= 1.0 or out or suffix == "us":
+        if cur >= 1.0 or out or i == last:
             if prec:
                 out.append(f"{cur:0{width}.{prec}f}{suffix}")
             else:
@@ -57,6 +89,7 @@ def format_time(ns):
 
 
 def format_bytes(n):
+    """Upstream's byte format: 1.50KB, 12.00MB (powers of 1024, 2 decimals)."""
     units = ("B", "KB", "MB", "GB", "TB", "PB")
     i = 0
     v = float(n)
@@ -67,7 +100,8 @@ def format_bytes(n):
 
 
 def format_number(v):
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    """Upstream's plain value format: fixed, 2 decimals."""
+    return f"{float(v):.2f}"
 
 
 _KIND_REPR = {"time": format_time, "bytes": format_bytes, "number": format_number}
@@ -78,12 +112,26 @@ def counter(name, inc=1):
         counters[name] = counters.get(name, 0) + inc
 
 
+def add_counts(pairs):
+    """Add several (name, increment) pairs under one lock."""
+    with _lock:
+        get = counters.get
+        for name, inc in pairs:
+            counters[name] = get(name, 0) + inc
+
+
 def metric(name, value, kind="time"):
+    if rename:
+        name = rename.get(name, name)
     with _lock:
         m = metrics.get(name)
         if m is None:
             m = metrics[name] = Metric(_KIND_REPR[kind])
         m.add(value)
+
+
+def value_metric(name, value):
+    metric(name, value, kind="number")
 
 
 class timed:
@@ -104,25 +152,39 @@ class timed:
 
 def percentiles():
     spec = os.environ.get("XLA_METRICS_PERCENTILES", "0.01:0.05:0.1:0.2:0.5:0.8:0.9:0.95:0.99")
-    return [float(p) for p in spec.split(":") if p]
+    out = []
+    for p in spec.split(":"):
+        p = p.strip()
+        if not p:
+            continue
+        v = float(p)
+        if not 0.0 < v < 1.0:
+            raise ValueError(f"XLA_METRICS_PERCENTILES: {v} is not in (0, 1)")
+        out.append(v)
+    return sorted(out)
+
+
+def _g(v):
+    # C++ ostream's default float format (6 significant digits)
+    return f"{v:g}"
 
 
 def metric_block(name, m):
-    lines = [f"Metric: {name}", f"  TotalSamples: {m.total}", f"  Accumulator: {m.repr(m.acc)}"]
     samples = m.ordered_samples()
+    lines = [f"Metric: {name}", f"  TotalSamples: {m.total}", f"  Accumulator: {m.repr(m.acc)}"]
     if samples:
         dt = samples[-1][0] - samples[0][0]
         if dt > 0:
             total = sum(v for _, v in samples)
             lines.append(f"  ValueRate: {m.repr(total * 1e9 / dt)} / second")
-            lines.append(f"  Rate: {(len(samples) - 1) * 1e9 / dt:g} / second")
+            lines.append(f"  Rate: {_g(len(samples) * 1e9 / dt)} / second")
     values = sorted(v for _, v in samples)
+    pcs = []
     if values:
-        pcs = []
         for p in percentiles():
             idx = min(int(p * len(values)), len(values) - 1)
-            pcs.append(f"{p * 100:g}%={m.repr(values[idx])}")
-        lines.append("  Percentiles: " + "; ".join(pcs))
+            pcs.append(f"{_g(p * 100.0)}%={m.repr(values[idx])}")
+    lines.append("  Percentiles: " + "; ".join(pcs))
     return "\n".join(lines) + "\n"
 
 
@@ -130,14 +192,54 @@ def counter_block(name, value):
     return f"Counter: {name}\n  Value: {value}\n"
 
 
-def report(metric_names=None, counter_names=None):
+def _snapshot():
+    flush()
     with _lock:
-        ms = sorted((n, m) for n, m in metrics.items() if m.total and (metric_names is None or n in metric_names))
-        cs = sorted((n, v) for n, v in counters.items() if v and (counter_names is None or n in counter_names))
-        return "".join(metric_block(n, m) for n, m in ms) + "".join(counter_block(n, v) for n, v in cs)
+        ms = [(n, m) for n, m in metrics.items() if m.total]
+        cs = [(n, v) for n, v in counters.items() if v]
+        # copy the sample rings so formatting runs outside the lock
+        ms = [(n, _copy(m)) for n, m in ms]
+    return ms, cs
+
+
+def _copy(m):
+    c = Metric(m.repr)
+    c.total, c.acc, c.samples, c.pos = m.total, m.acc, list(m.samples), m.pos
+    return c
+
+
+def report():
+    """Every metric with samples, then every non-zero counter, each sorted by name."""
+    ms, cs = _snapshot()
+    ms.sort(key=lambda x: x[0])
+    cs.sort(key=lambda x: x[0])
+    return "".join(metric_block(n, m) for n, m in ms) + "".join(counter_block(n, v) for n, v in cs)
+
+
+def short_report(counter_names, metric_names):
+    """The named metrics and counters (in the order given, when non-zero), then
+    every non-zero aten::* counter."""
+    ms, cs = _snapshot()
+    md = dict(ms)
+    cd = dict(cs)
+    out = [metric_block(n, md[n]) for n in metric_names if n in md]
+    out += [counter_block(n, cd[n]) for n in counter_names if n in cd]
+    out += [counter_block(n, v) for n, v in sorted(cs) if n.startswith("aten::")]
+    return "".join(out)
+
+
+def counter_value(name):
+    flush()
+    return counters.get(name, 0)
+
+
+def metric_total(name):
+    m = metrics.get(name)
+    return m.total if m is not None else 0
 
 
 def clear_counters():
+    flush()
     with _lock:
         counters.clear()
 

@@ -1,7 +1,63 @@
-"""The persistent compilation cache: JAX's on-disk cache of XLA executables."""
+"""The persistent compilation cache: XLA executables kept on disk across processes.
+
+`xr.initialize_cache(path, readonly=False)` (or XLA_PERSISTENT_CACHE_PATH,
+with XLA_PERSISTENT_CACHE_READ_ONLY=1) turns on JAX's on-disk compilation
+cache at `path`, with no size or compile-time threshold, so a later process
+that builds the same graph loads the executable instead of running XLA.
+Read-only mode loads entries but never writes (a cache shared by many jobs).
+
+Hits and misses are counted (PersistentCacheHit / PersistentCacheMiss) from
+JAX's monitoring events around each compilation the executor makes.
+"""
 import os
+import threading
 
 _state = {"path": None, "readonly": False}
+_events = {"requests": 0, "hits": 0}
+_lock = threading.Lock()
+_listening = False
+_patched = False
+
+_REQUEST = "/jax/compilation_cache/compile_requests_use_cache"
+_HIT = "/jax/compilation_cache/cache_hits"
+
+
+def _on_event(event, **kwargs):
+    if event == _HIT:
+        _events["hits"] += 1
+    elif event == _REQUEST:
+        _events["requests"] += 1
+
+
+def _listen():
+    global _listening
+    if _listening:
+        return
+    import jax.monitoring
+    jax.monitoring.register_event_listener(_on_event)
+    _listening = True
+
+
+def _patch_readonly():
+    """Make JAX skip cache writes while our cache is read-only."""
+    global _patched
+    if _patched:
+        return
+    try:
+        from jax._src import compilation_cache as cc
+    except ImportError:  # pragma: no cover - JAX moved its internals
+        return
+    orig = getattr(cc, "put_executable_and_time", None)
+    if orig is None:  # pragma: no cover
+        return
+
+    def put_executable_and_time(*args, **kwargs):
+        if _state["readonly"]:
+            return None
+        return orig(*args, **kwargs)
+
+    cc.put_executable_and_time = put_executable_and_time
+    _patched = True
 
 
 def initialize(path, readonly=False):
@@ -9,11 +65,63 @@ def initialize(path, readonly=False):
     from .runtime import is_initialized
     if executor._cache or is_initialized():
         raise RuntimeError(
-            "torch_xla.runtime.initialize_cache must be called before any computation on the XLA device")
+            "torch_xla.runtime.initialize_cache must be called before any computation on the XLA device "
+            "(a tensor was already moved to or computed on the device in this process); "
+            "call it at the start of the program, or set XLA_PERSISTENT_CACHE_PATH")
+    if _state["path"] is not None and os.path.abspath(path) != os.path.abspath(_state["path"]):
+        raise RuntimeError(f"the persistent cache is already initialized at {_state['path']}")
     import jax
-    os.makedirs(path, exist_ok=True)
+    path = os.fspath(path)
+    if readonly:
+        if not os.path.isdir(path):
+            raise RuntimeError(f"initialize_cache(readonly=True): {path} is not a directory")
+    else:
+        os.makedirs(path, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:
+        # the cache may have been set up (empty) by an earlier compilation elsewhere
+        from jax._src import compilation_cache as cc
+        cc.reset_cache()
+    except Exception:  # noqa: BLE001
+        pass
     _state["path"] = path
-    _state["readonly"] = readonly
+    _state["readonly"] = bool(readonly)
+    _listen()
+    _patch_readonly()
+
+
+def from_env():
+    """Honour XLA_PERSISTENT_CACHE_PATH (and XLA_PERSISTENT_CACHE_READ_ONLY) at import."""
+    path = os.environ.get("XLA_PERSISTENT_CACHE_PATH")
+    if path and _state["path"] is None:
+        ro = os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY", "0").lower() in ("1", "true", "yes")
+        initialize(path, readonly=ro)
+
+
+def enabled():
+    return _state["path"] is not None
+
+
+def snapshot():
+    """Event counts before a compilation (None when the cache is off)."""
+    if _state["path"] is None:
+        return None
+    return _events["requests"], _events["hits"]
+
+
+def account(before):
+    """After a compilation: count PersistentCacheHit or PersistentCacheMiss.
+    -> True on a hit, False on a miss, None when the cache was not consulted."""
+    if before is None:
+        return None
+    from . import metrics
+    req, hits = _events["requests"], _events["hits"]
+    if hits > before[1]:
+        metrics.counter("PersistentCacheHit")
+        return True
+    if req > before[0]:
+        metrics.counter("PersistentCacheMiss")
+        return False
+    return None

@@ -1,0 +1,471 @@
+"""Graph dumps: IR text and DOT, HLO and StableHLO of pending tensors.
+
+`_get_xla_tensors_text` prints the IR the way upstream does
+(`IR { %0 = f32[2,2]{1,0} xla::device_data(), ... }`); HLO and StableHLO
+come from lowering the same replay function the executor compiles
+(`jax.jit(fn).lower(...)`), fed abstract inputs so nothing runs and no
+buffer is touched. XLA_SAVE_TENSORS_FILE / XLA_SAVE_TENSORS_FMT append one
+record per executed graph; XLA_SAVE_HLO_FILE keeps the graph that failed to
+compile or run. With XLA_IR_DEBUG / XLA_HLO_DEBUG, nodes carry the user's
+line (see debug_analysis.node_class): `location=` in the IR, and a named
+scope `aten::op(file:line)` in the HLO op_name metadata.
+"""
+import os
+import threading
+
+import numpy as np
+
+from . import ir
+
+_lock = threading.Lock()
+
+_XLA_DTYPES = {
+    "bool": "pred", "int8": "s8", "int16": "s16", "int32": "s32", "int64": "s64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+    "complex64": "c64", "complex128": "c128",
+    "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2",
+}
+
+
+def env_flag(name):
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def ordinal_path(path):
+    """`path.<ordinal>` when the job has more than one process (upstream's GetEnvOrdinalPath)."""
+    if not path or path in ("STDOUT", "STDERR"):
+        return path
+    try:
+        from .. import runtime as xr
+        if xr.world_size() > 1:
+            return f"{path}.{xr.global_ordinal()}"
+    except Exception:  # noqa: BLE001
+        pass
+    return path
+
+
+def xla_shape(shape, dtype):
+    """f32[2,3]{1,0} for a torch (shape, dtype) or numpy dtype."""
+    name = str(dtype).replace("torch.", "")
+    t = _XLA_DTYPES.get(name, name)
+    dims = ",".join(str(d) for d in shape)
+    if len(shape) == 0:
+        return f"{t}[]"
+    layout = ",".join(str(i) for i in range(len(shape) - 1, -1, -1))
+    return f"{t}[{dims}]{{{layout}}}"
+
+
+def op_name(entry):
+    """Upstream-style op name: aten::add for aten overloads, xla::<name> for internal ops."""
+    info = entry.info
+    base = entry.name.split(".")[0]
+    if info is not None and info.func is not None:
+        return f"aten::{base}"
+    return f"xla::{base}"
+
+
+def node_location(node):
+    src = getattr(node, "src", None)
+    if src is None:
+        return None
+    fn, file, line = src
+    return f"{fn}@{os.path.basename(file)}:{line}"
+
+
+# ---------------------------------------------------------------------------
+# which values to dump
+
+def roots_of(tensors):
+    """IR values of `tensors` (None: every live tensor with pending IR)."""
+    from . import tensor as tmod
+    from .views import view_value
+    if tensors is None:
+        out = []
+        seen = set()
+        for r in list(tmod.pending):
+            t = r()
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            if t._xb is None and t._v[0].kind == ir.OP:
+                out.append(t._v)
+        return out
+    out = []
+    for t in tensors:
+        if not hasattr(t, "_v"):
+            raise TypeError(f"expected XLA tensors, got a {type(t).__name__} on {getattr(t, 'device', '?')}")
+        out.append(t._v if t._xb is None else view_value(t))
+    return out
+
+
+def post_order(values):
+    """Every node reachable from values (leaves included), operands first."""
+    order = []
+    seen = set()
+    for v in values:
+        root = v[0]
+        if id(root) in seen:
+            continue
+        stack = [(root, 0)]
+        while stack:
+            node, i = stack.pop()
+            if i == 0 and id(node) in seen:
+                continue
+            ops = node.operands
+            if i < len(ops):
+                stack.append((node, i + 1))
+                child = ops[i][0]
+                if id(child) not in seen:
+                    stack.append((child, 0))
+            else:
+                if id(node) not in seen:
+                    seen.add(id(node))
+                    order.append(node)
+    return order
+
+
+def _n_outputs(node):
+    if node.kind == ir.OP:
+        return len(node.entry.out_avals)
+    return 1
+
+
+def _node_shape(node, index=0):
+    if node.kind == ir.OP:
+        shape, dtype = node.entry.out_avals[index]
+        return xla_shape(shape, dtype)
+    if node.kind == ir.DATA:
+        shape, dtype = node.entry
+        return xla_shape(shape, dtype)
+    return xla_shape((), node.entry)
+
+
+def _node_shape_text(node):
+    if node.kind == ir.OP and len(node.entry.out_avals) > 1:
+        return "(" + ", ".join(_node_shape(node, i) for i in range(len(node.entry.out_avals))) + ")"
+    return _node_shape(node)
+
+
+def _static_tags(entry):
+    """name=value tags for an op's static (non-tensor) arguments."""
+    from .tracing import Slot
+    tags = []
+    info = entry.info
+    names = None
+    if info is not None and info.func is not None:
+        try:
+            names = [a.name for a in info.func._schema.arguments]
+        except Exception:  # noqa: BLE001
+            names = None
+
+    def has_slot(x):
+        if type(x) is Slot:
+            return True
+        if isinstance(x, (list, tuple)):
+            return any(has_slot(y) for y in x)
+        return False
+
+    for i, a in enumerate(entry.template):
+        if has_slot(a) or a is None:
+            continue
+        name = names[i] if names is not None and i < len(names) else f"arg{i}"
+        tags.append((name, _fmt_static(a)))
+    for k, a in (entry.kwtemplate or {}).items():
+        if has_slot(a) or a is None:
+            continue
+        tags.append((k, _fmt_static(a)))
+    return tags
+
+
+def _fmt_static(a):
+    if isinstance(a, (list, tuple)):
+        return "(" + ", ".join(_fmt_static(x) for x in a) + ")"
+    return str(a).replace("torch.", "")
+
+
+def _device_name():
+    try:
+        from .runtime import jax_device
+        d = jax_device()
+        return f"{d.platform.upper()}:{d.id}"
+    except Exception:  # noqa: BLE001
+        return "CPU:0"
+
+
+# ---------------------------------------------------------------------------
+# IR text and DOT
+
+def to_text(values):
+    order = post_order(values)
+    ids = {id(n): i for i, n in enumerate(order)}
+    roots = {}
+    for i, v in enumerate(values):
+        roots.setdefault(id(v[0]), i)
+    dev = _device_name()
+    lines = ["IR {"]
+    for n in order:
+        shape = _node_shape_text(n)
+        if n.kind == ir.OP:
+            args = []
+            for child, idx in n.operands:
+                s = f"%{ids[id(child)]}"
+                if _n_outputs(child) > 1:
+                    s += f".{idx}"
+                args.append(s)
+            text = f"  %{ids[id(n)]} = {shape} {op_name(n.entry)}({', '.join(args)}), xla_shape={shape}"
+            for k, val in _static_tags(n.entry):
+                text += f", {k}={val}"
+        elif n.kind == ir.DATA:
+            text = f"  %{ids[id(n)]} = {shape} xla::device_data(), xla_shape={shape}, device={dev}"
+        else:
+            text = f"  %{ids[id(n)]} = {shape} xla::device_data(), xla_shape={shape}, device={dev}, scalar={n.data!r}"
+        loc = node_location(n)
+        if loc:
+            text += f", location={loc}"
+        if id(n) in roots:
+            text += f", ROOT={roots[id(n)]}"
+        lines.append(text)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def to_dot(values):
+    order = post_order(values)
+    ids = {id(n): i for i, n in enumerate(order)}
+    roots = {}
+    for i, v in enumerate(values):
+        roots.setdefault(id(v[0]), i)
+    lines = ["digraph G {"]
+    for n in order:
+        if n.kind == ir.OP:
+            label = f"{op_name(n.entry)}\\n{_node_shape_text(n)}"
+            for k, val in _static_tags(n.entry):
+                val = val if len(val) < 64 else val[:64] + "..."
+                label += f"\\n{k}={val}"
+        else:
+            label = f"xla::device_data\\n{_node_shape_text(n)}"
+        loc = node_location(n)
+        if loc:
+            label += f"\\nlocation={loc}"
+        if id(n) in roots:
+            label += f"\\nROOT={roots[id(n)]}"
+        label = label.replace('"', '\\"')
+        lines.append(f"  node{ids[id(n)]} [label=\"{label}\"]")
+    for n in reversed(order):
+        nid = ids[id(n)]
+        ops = n.operands
+        for i, (child, idx) in enumerate(ops):
+            edge = f"  node{ids[id(child)]} -> node{nid}"
+            multi = _n_outputs(child) > 1
+            if len(ops) > 1:
+                edge += f" [label=\"i={i}" + (f",o={idx}" if multi else "") + "\"]"
+            elif multi:
+                edge += f" [label=\"o={idx}\"]"
+            lines.append(edge)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# HLO / StableHLO
+
+def build_fn_scoped(order, pos, params, scalars, root_values):
+    """executor._build_fn with each op under a named scope 'aten::op(file:line)'."""
+    import collections
+    import jax
+    from .tracing import apply_entry
+    pools = sorted({s.entry for s in scalars})
+    pool_index = {p: i for i, p in enumerate(pools)}
+    counts = collections.Counter()
+    scalar_slots = []
+    for s in scalars:
+        scalar_slots.append((pos[id(s)], pool_index[s.entry], counts[s.entry]))
+        counts[s.entry] += 1
+    param_slots = [pos[id(p)] for p in params]
+    plan = []
+    for n in order:
+        src = getattr(n, "src", None)
+        scope = op_name(n.entry)
+        if src is not None:
+            scope += f"({os.path.basename(src[1])}:{src[2]})"
+        plan.append((pos[id(n)], n.entry, tuple((pos[id(v[0])], v[1]) for v in n.operands), scope))
+    outs = [(pos[id(v[0])], v[1]) for v in root_values]
+    n_params = len(params)
+
+    def fn(*inputs):
+        env = {}
+        for slot, x in zip(param_slots, inputs[:n_params]):
+            env[slot] = (x,)
+        pool_arrays = inputs[n_params:]
+        for slot, pi, k in scalar_slots:
+            env[slot] = (pool_arrays[pi][k],)
+        for slot, entry, refs, scope in plan:
+            with jax.named_scope(scope):
+                env[slot] = apply_entry(entry, [env[s][i] for s, i in refs])
+        return [env[s][i] for s, i in outs]
+
+    return fn, pools
+
+
+def _hlo_debug():
+    return env_flag("XLA_HLO_DEBUG") or env_flag("XLA_IR_DEBUG")
+
+
+def lower(values):
+    """jax Lowered for the graph computing `values` (abstract inputs: runs nothing)."""
+    import jax
+    from . import executor
+    from .dtypes import to_jax
+    order, pos, params, scalars, sig = executor._collect(values)
+    build = build_fn_scoped if _hlo_debug() else executor._build_fn
+    fn, _pools = build(order, pos, params, scalars, values)
+    specs = []
+    for p in params:
+        data = p.data
+        if data is not None and hasattr(data, "shape") and hasattr(data, "dtype"):
+            specs.append(jax.ShapeDtypeStruct(tuple(data.shape), data.dtype))
+        else:
+            shape, dtype = p.entry
+            specs.append(jax.ShapeDtypeStruct(tuple(shape), to_jax(dtype)))
+    pool_arrays = executor._pool_arrays(scalars)
+    specs += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in pool_arrays]
+    fn.__name__ = "IrToHlo"
+    return jax.jit(fn).lower(*specs)
+
+
+def to_hlo(values):
+    if not values:
+        return ""
+    return lower(values).as_text(dialect="hlo", debug_info=_hlo_debug())
+
+
+def to_stablehlo(values):
+    if not values:
+        return ""
+    return lower(values).as_text(debug_info=_hlo_debug())
+
+
+def stablehlo_text(tensors=None):
+    """xm.get_stablehlo: StableHLO text of the graph computing `tensors`
+    (None: every live tensor with pending IR)."""
+    return to_stablehlo(roots_of(tensors))
+
+
+def stablehlo_bytecode(tensors=None):
+    """xm.get_stablehlo_bytecode: the same module as MLIR bytecode."""
+    values = roots_of(tensors)
+    if not values:
+        return b""
+    from jax._src.interpreters import mlir
+    return mlir.module_to_bytecode(lower(values).compiler_ir("stablehlo"))
+
+
+# ---------------------------------------------------------------------------
+# XLA_SAVE_TENSORS_FILE, XLA_SAVE_HLO_FILE
+
+def save_tensors_file():
+    return ordinal_path(os.environ.get("XLA_SAVE_TENSORS_FILE", ""))
+
+
+def save_format():
+    fmt = os.environ.get("XLA_SAVE_TENSORS_FMT", "text").lower()
+    if fmt not in ("text", "dot", "hlo", "stablehlo"):
+        raise ValueError(f"XLA_SAVE_TENSORS_FMT={fmt!r}: expected text, dot, hlo or stablehlo")
+    return fmt
+
+
+def render(values, fmt):
+    if fmt == "text":
+        return to_text(values)
+    if fmt == "dot":
+        return to_dot(values)
+    if fmt == "hlo":
+        return to_hlo(values)
+    return to_stablehlo(values)
+
+
+def graph_record(name, values, frames, graph_hash, fmt, root_hashes=None):
+    """One upstream-style record: [name], frames, root hashes, the graph, its hash."""
+    lines = [f"[{name}]", "TensorsGraphInfo:"]
+    for fn, file, line in frames:
+        lines.append(f"  {fn} ({file}:{line})")
+    hashes = root_hashes if root_hashes is not None else [f"{(v[0].hash + v[1]) & ((1 << 64) - 1):016x}" for v in values]
+    lines.append("")
+    lines.append("Root Hashes: (" + ", ".join(hashes) + ")")
+    lines.append("")
+    lines.append("## BEGIN_GRAPH")
+    text = render(values, fmt)
+    lines.append(text.rstrip("\n"))
+    lines.append(f"Graph Hash: {graph_hash}")
+    lines.append("")
+    lines.append("## END_GRAPH")
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+_hlo_cache = {}
+
+
+def save_graph(values, frames, graph_hash, name="SyncTensorsGraph"):
+    path = save_tensors_file()
+    if not path:
+        return
+    fmt = save_format()
+    if fmt in ("hlo", "stablehlo"):
+        key = (graph_hash, fmt)
+        rec = _hlo_cache.get(key)
+        if rec is None:
+            rec = _hlo_cache[key] = render(values, fmt)
+        body = rec
+    else:
+        body = None
+    lines = [f"[{name}]", "TensorsGraphInfo:"]
+    for fn, file, line in frames:
+        lines.append(f"  {fn} ({file}:{line})")
+    hashes = [f"{(v[0].hash + v[1]) & ((1 << 64) - 1):016x}" for v in values]
+    lines += ["", "Root Hashes: (" + ", ".join(hashes) + ")", "", "## BEGIN_GRAPH",
+              (body if body is not None else render(values, fmt)).rstrip("\n"),
+              f"Graph Hash: {graph_hash}", "", "## END_GRAPH", "", ""]
+    _append(path, "\n".join(lines))
+
+
+def _append(path, text):
+    import sys
+    if path == "STDOUT":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    if path == "STDERR":
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return
+    with _lock:
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(text)
+
+
+def save_failing_hlo(values, stage, exc):
+    """XLA_SAVE_HLO_FILE: write the HLO of a graph that failed to compile or run.
+    Returns the path written, or None."""
+    path = ordinal_path(os.environ.get("XLA_SAVE_HLO_FILE", ""))
+    if not path:
+        return None
+    try:
+        text = to_hlo(values)
+    except Exception as e:  # noqa: BLE001 - fall back to the IR when lowering itself failed
+        text = f"// lowering to HLO failed ({type(e).__name__}: {e}); IR follows\n" + to_text(values)
+    header = f"// torch_xla: graph failed to {stage}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
+    with _lock:
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(header + text)
+    return path
+
+
+del np
