@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from . import ir, metrics, tensor
+from . import debug_analysis as _dbg
 from .runtime import jax_device
 from .tracing import apply_entry
 
@@ -135,10 +136,12 @@ def run(root_values, owners=(), donate=False, reason="user"):
             donated = tuple(i for i, p in enumerate(params) if id(p) in dset)
             key = key + (("donate",) + donated,)
         exe = _cache.get(key)
+        g = _dbg.graph(order, params, scalars, root_values, key, reason) if exe is None or _dbg.active else None
         dev = jax_device()
         inputs = [p.data for p in params] + _pool_arrays(scalars)
         if exe is None:
             metrics.counter("UncachedCompile")
+            cache_before = _dbg.before_compile(g)
             t0 = time.perf_counter_ns()
             fn, pools = _build_fn(order, pos, params, scalars, root_values)
             jitted = jax.jit(fn, donate_argnums=donated, device=dev) if _jit_takes_device() else jax.jit(fn, donate_argnums=donated)
@@ -150,6 +153,7 @@ def run(root_values, owners=(), donate=False, reason="user"):
             exe.hash = hash(key)
             exe.donated = donated
             exe.n_params = len(params)
+            _dbg.after_compile(g, exe, compiled, cache_before)
             _cache[key] = exe
             if len(_cache) > CACHE_SIZE:
                 _cache.popitem(last=False)
@@ -157,6 +161,7 @@ def run(root_values, owners=(), donate=False, reason="user"):
             metrics.counter("CachedCompile")
             _cache.move_to_end(key)
         last_graph_info.update(hash=exe.hash, n_params=len(params), n_nodes=len(order), n_out=len(root_values))
+        _dbg.execute(exe, g)
         t0 = time.perf_counter_ns()
         outs = exe.compiled(*inputs)
         metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
@@ -192,6 +197,7 @@ def sync(tensors=None, wait=False, reason="user"):
                 if t._v[0].kind == ir.OP:
                     bases.append(t)
             full = True
+            n_refs, n_dead = len(refs), len(refs) - len(seen)
         else:
             bases = []
             seen = set()
@@ -211,6 +217,8 @@ def sync(tensors=None, wait=False, reason="user"):
         if wait:
             for b in bases:
                 b._v[0].data.block_until_ready()
+        if full:
+            _dbg.barrier(reason, n_refs, n_dead)
     return bases
 
 

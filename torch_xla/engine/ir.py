@@ -63,3 +63,10 @@ def scalar_value(v, pool=None):
             _scalar_cache.clear()
         val = _scalar_cache[key] = (Node(SCALAR, pool, (), hash(("scalar", pool)), v), 0)
     return val
+
+
+# With XLA_IR_DEBUG / XLA_HLO_DEBUG / PT_XLA_DEBUG_LEVEL>=1, op nodes remember the
+# user's line (debug_analysis.node_class); otherwise Node stays as it is.
+from .debug_analysis import node_class as _node_class  # noqa: E402
+
+Node = _node_class(Node)
