@@ -162,6 +162,7 @@ def register():
     from . import tensor
     tensor._DEVICE = torch.device("xla", 0)
     _lib.impl("_copy_from", _copy_from)
-    from . import autograd_errors
+    from . import autocast, autograd_errors
     autograd_errors.install()
+    autocast.register()
     _registered = True

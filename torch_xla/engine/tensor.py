@@ -45,10 +45,29 @@ class XLATensor(torch.Tensor):
 
     __str__ = __repr__
 
+    @property
+    def is_xla(self):
+        # PyTorch's own flag tests its built-in XLA key; this device is PrivateUse1 named xla
+        return True
+
     def __format__(self, spec):
         if self.dim() == 0:
             return self.item().__format__(spec)
         return object.__format__(self, spec)
+
+    # `t.data = other` must carry the lazy value too (views.set_data)
+    @property
+    def data(self):
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        from .views import set_data
+        set_data(self, new)
+
+    def tolist(self):
+        from .transfers import to_cpu
+        return to_cpu(self).tolist()
 
     def numpy(self, *, force=False):
         if not force:
@@ -57,9 +76,13 @@ class XLATensor(torch.Tensor):
         return self.cpu().numpy()
 
     def __reduce_ex__(self, proto):
-        # pickling goes through the CPU, as torch does for xla tensors
+        # torch.save stores XLA tensors as CPU tensors: the file loads anywhere,
+        # with weights_only=True too; move them back with .to("xla")
         from .transfers import to_cpu
-        return (_rebuild_from_cpu, (to_cpu(self), self.requires_grad))
+        cpu = to_cpu(self)
+        if self.requires_grad:
+            cpu.requires_grad_(True)
+        return cpu.__reduce_ex__(proto)
 
     def __deepcopy__(self, memo):
         if id(self) in memo:
@@ -69,12 +92,6 @@ class XLATensor(torch.Tensor):
         out.requires_grad_(self.requires_grad)
         memo[id(self)] = out
         return out
-
-
-def _rebuild_from_cpu(cpu, requires_grad):
-    t = cpu.to(_DEVICE)
-    t.requires_grad_(requires_grad)
-    return t
 
 
 _handlers = {}

@@ -1,0 +1,181 @@
+"""The executor: barriers, graph caching, async execution, host reads,
+step closures, donation, and the CPU fallback."""
+import threading
+import time
+
+import pytest
+import torch
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+from torch_xla.engine import executor, ir
+
+
+def _step(x, w):
+    return torch.tanh(x @ w).sum()
+
+
+def test_graph_hash_stable_across_steps_and_changes_with_shape(dev):
+    w = torch.randn(4, 4).to(dev)
+    hashes = []
+    for i in range(3):
+        loss = _step(torch.full((2, 4), float(i)).to(dev), w)
+        xm.mark_step()
+        hashes.append(executor.last_graph_info["hash"])
+    assert hashes[0] == hashes[1] == hashes[2]
+    _step(torch.ones(3, 4, device=dev), w)
+    xm.mark_step()
+    assert executor.last_graph_info["hash"] != hashes[0]
+    assert met.counter_value("UncachedCompile") == 2
+    assert met.counter_value("CachedCompile") == 2
+    del loss
+
+
+def test_same_inputs_different_wiring_do_not_share_an_executable(dev):
+    a = torch.tensor([5.0], device=dev)
+    b = torch.tensor([2.0], device=dev)
+    xm.mark_step()
+    r1 = a - b
+    xm.mark_step()
+    r2 = b - a
+    xm.mark_step()
+    assert r1.item() == 3.0 and r2.item() == -3.0
+
+
+def test_ops_are_lazy_until_a_barrier(dev):
+    x = torch.ones(3, device=dev)
+    y = x * 2 + 1
+    assert y._v[0].kind == ir.OP  # recorded, not run
+    assert met.counter_value("UncachedCompile") is None
+    xm.mark_step()
+    assert y._v[0].kind == ir.DATA
+    assert met.counter_value("MarkStep") == 1
+    assert y.cpu().tolist() == [3.0, 3.0, 3.0]
+
+
+def test_mark_step_is_asynchronous_and_wait_device_ops_blocks(dev):
+    a = torch.randn(512, 512, device=dev)
+    xm.mark_step()
+    for _ in range(8):
+        a = a @ a
+        a = a / a.abs().max()
+    t0 = time.perf_counter()
+    xm.mark_step()
+    dispatched = time.perf_counter() - t0
+    arr = a._v[0].data
+    xm.wait_device_ops()
+    assert arr.is_ready()
+    assert dispatched < 5.0
+    torch_xla.sync(wait=True)
+
+
+def test_host_read_executes_only_what_it_needs(dev):
+    x = torch.ones(4, device=dev)
+    needed = x + 1
+    other = x * 100  # pending, not needed by the read below
+    assert needed.sum().item() == 8.0
+    assert other._v[0].kind == ir.OP  # still pending: the read ran only its own graph
+    xm.mark_step()
+    assert other._v[0].kind == ir.DATA
+
+
+def test_step_closures_run_in_order_after_the_barrier(dev):
+    seen = []
+    x = torch.tensor([1.0], device=dev)
+    y = x * 3
+    xm.add_step_closure(lambda t: seen.append(("first", t._v[0].kind, t.item())), args=(y,))
+    xm.add_step_closure(lambda: seen.append(("second",)))
+    assert seen == []
+    xm.mark_step()
+    assert seen == [("first", ir.DATA, 3.0), ("second",)]
+
+
+def test_async_step_closure_runs_off_thread(dev):
+    done = threading.Event()
+    names = []
+
+    def closure():
+        names.append(threading.current_thread().name)
+        done.set()
+
+    xm.add_step_closure(closure, run_async=True)
+    xm.mark_step()
+    assert done.wait(10)
+    assert names[0] != threading.current_thread().name
+
+
+def test_parameters_updated_in_place_are_donated_and_stay_correct(dev):
+    w = torch.zeros(64, 64, device=dev)
+    xm.mark_step()
+    for i in range(4):
+        w.add_(1.0)
+        xm.mark_step()
+    exe = next(reversed(executor._cache.values()))
+    assert exe.donated  # the old buffer of w was given to XLA for reuse
+    assert w.cpu().sum().item() == 4 * 64 * 64
+
+
+def test_a_buffer_still_needed_is_not_donated(dev):
+    w = torch.ones(8, device=dev)
+    xm.mark_step()
+    keep = w * 2          # pending and depends on the old w
+    w.add_(5)
+    assert w.sum().item() == 48.0   # partial read: must not donate the old w
+    assert keep.sum().item() == 16.0
+
+
+def test_torch_xla_compile_decorator_and_context(dev):
+    @torch_xla.compile
+    def f(a):
+        return a * 2 + 1
+
+    out = f(torch.ones(2, device=dev))
+    assert out._v[0].kind == ir.DATA  # synced when f returned
+    with torch_xla.compile():
+        z = torch.ones(2, device=dev) * 5
+    assert z._v[0].kind == ir.DATA
+    with torch_xla.step():
+        q = torch.ones(2, device=dev) - 1
+    assert q._v[0].kind == ir.DATA and q.cpu().tolist() == [0.0, 0.0]
+
+
+def _no_lowering_op():
+    lib = torch.library.Library("torch_xla_test", "FRAGMENT")
+    lib.define("scale_by_three(Tensor x) -> Tensor")
+    lib.impl("scale_by_three", lambda x: x * 3, "CPU")
+    lib.impl("scale_by_three", lambda x: torch.empty_like(x), "Meta")
+    return lib
+
+
+_LIB = _no_lowering_op()
+
+
+def test_op_without_lowering_falls_back_to_cpu_and_is_counted(dev):
+    x = torch.arange(4.0, device=dev)
+    y = torch.ops.torch_xla_test.scale_by_three(x) + 1
+    assert y.device == dev
+    assert y.cpu().tolist() == [1.0, 4.0, 7.0, 10.0]
+    assert met.counter_value("aten::scale_by_three") == 1
+    assert "aten::scale_by_three" in met.short_metrics_report()
+    assert "aten::scale_by_three" in met.executed_fallback_ops()
+
+
+def test_compile_cache_is_an_lru(dev, monkeypatch):
+    monkeypatch.setattr(executor, "CACHE_SIZE", 2)
+    executor._cache.clear()
+    for n in (1, 2, 3):
+        (torch.ones(n, device=dev) + 1).sum().item()
+    assert len(executor._cache) == 2
+
+
+def test_metrics_count_compiles_executions_and_transfers(dev):
+    x = torch.ones(3).to(dev)           # one upload
+    y = (x * 2).sum()
+    xm.mark_step()                      # one compile, one execution
+    assert y.item() == 6.0              # one read
+    assert met.counter_value("UncachedCompile") == 1
+    assert met.metric_data("ExecuteTime")[0] == 1
+    assert met.metric_data("TransferToDeviceTime")[0] == 1
+    assert met.metric_data("TransferFromDeviceTime")[0] == 1
+    assert met.metric_data("CompileTime")[0] == 1
