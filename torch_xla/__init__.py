@@ -92,9 +92,13 @@ class _CompileContext:
 
     def __enter__(self):
         sync()
+        from .engine import debug_analysis as _dbg
+        self._saved = _dbg.enter_compile(self.full_graph)  # lazy inside; full_graph: no execution
         return self
 
     def __exit__(self, *exc):
+        from .engine import debug_analysis as _dbg
+        _dbg.exit_compile(self._saved)
         if exc[0] is None:
             sync()
         return False

@@ -356,6 +356,26 @@ def _unexpected(g):
         "CPU fallback op) before the function returned; move it out of the compiled function.")
 
 
+def enter_compile(full_graph):
+    """torch_xla.compile: trace lazily inside (even in eager mode); with
+    full_graph, any execution before the function returns is an error."""
+    global allow_execution
+    from ..experimental import eager
+    saved = (allow_execution, getattr(eager._tls, "lazy", False))
+    eager._tls.lazy = True
+    if full_graph:
+        allow_execution = False
+        refresh()
+    return saved
+
+
+def exit_compile(saved):
+    global allow_execution
+    from ..experimental import eager
+    allow_execution, eager._tls.lazy = saved
+    refresh()
+
+
 def _eager_now():
     return getattr(_tls, "eager_op", False)
 
@@ -504,9 +524,9 @@ def summarize(g):
         if src is not None:
             srcs.setdefault(name, []).append(src)
         seq.append((name, n.entry.hash, src))
-        for c, _ in n.operands:
+        for k, (c, _) in enumerate(n.operands):
             if c.kind == ir.DATA and id(c) not in first:
-                first[id(c)] = (name, src)
+                first[id(c)] = (name, src, k)
     s.uses = [first.get(id(p)) for p in g.params]
     s.ops = ops
     s.op_srcs = srcs
@@ -603,6 +623,24 @@ def _input_names(g):
     return names
 
 
+def _match_inputs(old, new):
+    """Pair old and new inputs (index pairs): by the op and line that first use
+    them (in order of appearance), else by position."""
+    def keys(s):
+        seen = collections.Counter()
+        out = []
+        for u in s.uses:
+            k = tuple(u) if u else None
+            seen[k] += 1
+            out.append((k, seen[k]))
+        return out
+    ok, nk = keys(old), keys(new)
+    if len(set(ok)) == len(ok) and set(ok) == set(nk):
+        where = {k: j for j, k in enumerate(nk)}
+        return [(i, where[k]) for i, k in enumerate(ok)]
+    return list(zip(range(len(old.inputs)), range(len(new.inputs))))
+
+
 def _explain(site, old, new, g):
     p = "Recompilation Analysis: "
     lines = ["", f"{p}{_RULE}",
@@ -627,12 +665,17 @@ def _explain(site, old, new, g):
             return ""
         return f" (first used by {u[0]}{_fmt_src(u[1])})"
 
-    if len(old.inputs) == len(new.inputs):
-        for i, (a, b) in enumerate(zip(old.inputs, new.inputs)):
+    pairs = _match_inputs(old, new) if len(old.inputs) == len(new.inputs) else None
+    if pairs is not None:
+        for i, j in pairs:
+            a, b = old.inputs[i], new.inputs[j]
             if a != b:
                 what = "shape" if a[1] == b[1] else ("dtype" if a[0] == b[0] else "shape and dtype")
-                changes.append(f"input {i}{in_name(i)} {what} changed: {_fmt_aval(a)} -> {_fmt_aval(b)}"
-                               f"{use_of(new.uses[i])}")
+                changes.append(f"input {j}{in_name(j)} {what} changed: {_fmt_aval(a)} -> {_fmt_aval(b)}"
+                               f"{use_of(new.uses[j])}")
+        if not changes and any(i != j for i, j in pairs):
+            changes.append("same inputs in a different order (e.g. tensors replaced by an earlier "
+                           "step's results); the graph is otherwise the same")
     else:
         changes.append(f"number of graph inputs changed: {len(old.inputs)} -> {len(new.inputs)}")
         oc = collections.Counter(zip(old.inputs, [u[0] if u else None for u in old.uses]))
