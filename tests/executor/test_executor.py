@@ -24,7 +24,7 @@ def test_graph_hash_stable_across_steps_and_changes_with_shape(dev):
         xm.mark_step()
         hashes.append(executor.last_graph_info["hash"])
     assert hashes[0] == hashes[1] == hashes[2]
-    _step(torch.ones(3, 4, device=dev), w)
+    loss = _step(torch.ones(3, 4).to(dev), w)
     xm.mark_step()
     assert executor.last_graph_info["hash"] != hashes[0]
     assert met.counter_value("UncachedCompile") == 2
