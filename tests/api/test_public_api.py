@@ -1,0 +1,88 @@
+"""The single-device public API, with upstream's signatures and return types."""
+import re
+import time
+
+import torch
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+import torch_xla.test.test_utils as test_utils
+from torch_xla.utils.utils import SampleGenerator
+
+
+def test_version_names_the_upstream_api_release():
+    assert re.match(r"^2\.9\.\d+", torch_xla.__version__)
+    from importlib.metadata import version
+    assert version("torch_xla") == torch_xla.__version__
+
+
+def test_manual_seed_and_rng_state(dev):
+    torch_xla.manual_seed(123)
+    a = torch.randn(5, device=dev).cpu()
+    xm.set_rng_state(123)
+    assert xm.get_rng_state() == 123
+    b = torch.randn(5, device=dev).cpu()
+    torch.manual_seed(123)
+    c = torch.randn(5, device=dev).cpu()
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a, c)
+    assert not torch.equal(torch.randn(5, device=dev).cpu(), a)
+
+
+def test_master_print(capsys):
+    xm.master_print("hello", 3)
+    assert capsys.readouterr().out == "hello 3\n"
+
+
+def test_rate_tracker():
+    tracker = xm.RateTracker()
+    tracker.add(100)
+    time.sleep(0.05)
+    assert tracker.rate() > 0
+    assert tracker.global_rate() > 0
+
+
+def test_sample_generator():
+    data = (torch.zeros(2, 3), torch.ones(2))
+    gen = SampleGenerator(data=data, sample_count=3)
+    assert len(gen) == 3
+    items = list(gen)
+    assert len(items) == 3 and items[0] is data
+    assert len(list(gen)) == 3  # iterable again
+
+
+def test_test_utils(capsys, dev):
+    assert test_utils.get_summary_writer(None) is None
+    assert re.match(r"\d\d:\d\d:\d\d", test_utils.now())
+    test_utils.print_training_update(dev, 7, torch.tensor(0.5, device=dev), 10.0, 9.0, epoch=2)
+    test_utils.print_test_update(dev, 93.5, epoch=2)
+    out = capsys.readouterr().out
+    assert "Epoch=2 Step=7 Loss=0.50000 Rate=10.00 GlobalRate=9.00" in out
+    assert "Accuracy=93.50" in out
+
+
+def test_metrics_core_names(dev):
+    x = torch.ones(4).to(dev)
+    (x + 2).sum().item()
+    xm.mark_step()
+    names = set(met.metric_names())
+    assert {"CompileTime", "ExecuteTime", "TransferToDeviceTime", "TransferFromDeviceTime"} <= names
+    assert met.counter_value("UncachedCompile") == 1
+    assert met.counter_value("MarkStep") == 1
+    assert met.counter_value("NoSuchCounter") is None
+    total, acc, samples = met.metric_data("CompileTime")
+    assert total == 1 and acc > 0 and len(samples) == 1
+    report = met.metrics_report()
+    assert "Metric: CompileTime" in report and "Counter: UncachedCompile" in report
+    short = met.short_metrics_report()
+    assert "CompileTime" in short
+    met.clear_all()
+    assert met.counter_value("UncachedCompile") is None
+
+
+def test_sync_and_wait(dev):
+    y = torch.ones(3, device=dev) * 4
+    torch_xla.sync()
+    xm.wait_device_ops()
+    assert y.cpu().tolist() == [4.0, 4.0, 4.0]
