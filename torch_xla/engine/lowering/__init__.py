@@ -8,6 +8,9 @@
   linalg.py       matmul family, einsum-able products
   factories.py    full/arange/eye/... and *_like
   random.py       the device generator and random ops
+  collectives.py  all_reduce/all_gather/... over the job's mesh axis
 """
 from . import registry  # noqa: F401
 from . import elementwise, reductions, shape_ops, nn, linalg, factories, random  # noqa: F401
+from . import collectives  # noqa: F401
+from . import rnn  # noqa: F401,E402
