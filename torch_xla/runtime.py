@@ -59,8 +59,8 @@ def host_index():
 
 
 def local_device_count():
-    """Devices this process uses (one)."""
-    return 1
+    """Devices on this host (each process of the job uses one)."""
+    return local_process_count() * addressable_device_count()
 
 
 def addressable_device_count():
@@ -70,6 +70,8 @@ def addressable_device_count():
 
 def global_device_count():
     """Devices in the whole job."""
+    if is_spmd():
+        return global_runtime_device_count()
     return world_size()
 
 

@@ -1,0 +1,1 @@
+"""torch_xla.distributed: many devices (one process each), collectives, loaders."""

@@ -1,0 +1,428 @@
+"""One process per device: starting, watching and stopping the replicas.
+
+The parent never starts a JAX backend. It picks the job layout (world size,
+this host's ranks, the JAX coordinator address), starts one process per device
+with RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / XLA_COORDINATOR_ADDRESS
+in its environment, and watches them: when one exits non-zero (it raised, or was
+killed) the others are stopped at once and the parent raises with the failing
+replica's traceback. Replicas die with the parent (PR_SET_PDEATHSIG).
+
+Several hosts: run the same command on each with the same MASTER_ADDR /
+MASTER_PORT and XLA_NUM_HOSTS=<hosts>. The launcher that can bind
+MASTER_ADDR:MASTER_PORT becomes host 0 and hands out host indices (or each
+host gives XLA_HOST_INDEX); the JAX coordinator runs in global rank 0.
+The launchers keep their connection open: a failure on one host stops all.
+"""
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from ..engine import distributed_init
+
+_KILL_GRACE_S = 3.0
+
+
+class ReplicaFailed(RuntimeError):
+    """A replica of a multi-process job exited with an error."""
+
+
+# ---------------------------------------------------------------------------
+# device counts (without starting JAX)
+
+def local_device_count():
+    from ..engine.runtime import device_type
+    kind = device_type()
+    if kind == "CPU":
+        return distributed_init.env_int("CPU_NUM_DEVICES", 1)
+    if kind == "CUDA":
+        n = distributed_init.env_int("GPU_NUM_DEVICES", 0)
+        if n:
+            return n
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if vis not in (None, ""):
+            return len([v for v in vis.split(",") if v.strip()])
+        try:
+            import subprocess
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+            return max(1, sum(1 for line in out.splitlines() if line.startswith("GPU ")))
+        except Exception:  # noqa: BLE001
+            return 1
+    if kind == "TPU":
+        n = distributed_init.env_int("TPU_NUM_DEVICES", 0)
+        if n:
+            return n
+        import glob
+        return max(1, len(glob.glob("/dev/accel*")) or len(glob.glob("/dev/vfio/[0-9]*")))
+    return 1
+
+
+# ---------------------------------------------------------------------------
+# the replica side
+
+def _set_pdeathsig():
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _replica_main(fn, args, env, conn, parent_pid):
+    os.environ.update(env)
+    _set_pdeathsig()
+    if os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before we could arm the signal
+    rank = int(env["RANK"])
+    code = 0
+    try:
+        distributed_init.maybe_initialize()
+        fn(rank, *args)
+        _finish_device_work()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code:
+            _report(conn, rank, f"SystemExit({e.code!r})")
+    except BaseException:  # noqa: BLE001 - every failure ends the job with its traceback
+        tb = traceback.format_exc()
+        sys.stderr.write(f"torch_xla: replica {rank} (pid {os.getpid()}) failed:\n{tb}")
+        _report(conn, rank, tb)
+        code = 17
+    if code:
+        _flush()
+        os._exit(code)
+    try:
+        conn.send(("ok", rank, ""))
+    except Exception:  # noqa: BLE001
+        pass
+    distributed_init.shutdown()
+    _flush()
+    os._exit(0)  # skip atexit handlers that might wait on peers that are gone
+
+
+def _finish_device_work():
+    try:
+        from ..engine import executor
+        executor.wait_device_ops()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _report(conn, rank, text):
+    try:
+        conn.send(("error", rank, text))
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _flush():
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ---------------------------------------------------------------------------
+# several hosts: a small TCP rendezvous between the launchers
+
+def _send_msg(sock, obj):
+    data = json.dumps(obj).encode()
+    sock.sendall(len(data).to_bytes(4, "big") + data)
+
+
+def _recv_msg(sock):
+    head = _recv_exact(sock, 4)
+    if head is None:
+        return None
+    body = _recv_exact(sock, int.from_bytes(head, "big"))
+    return None if body is None else json.loads(body.decode())
+
+
+def _recv_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+class _HostLink:
+    """The launchers' connection: host 0 serves, others are clients."""
+
+    def __init__(self, num_hosts, nprocs, addr, port, timeout):
+        self.server = None
+        self.peers = []
+        self.sock = None
+        self.failed = threading.Event()
+        self.fail_reason = ""
+        want = distributed_init.env_int("XLA_HOST_INDEX", -1)
+        srv = None
+        if want in (-1, 0):
+            try:
+                srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                srv.bind((addr, port))
+                srv.listen(num_hosts)
+            except OSError:
+                if srv is not None:
+                    srv.close()
+                srv = None
+                if want == 0:
+                    raise
+        deadline = time.time() + timeout
+        if srv is not None:
+            self.server = srv
+            self._serve(num_hosts, nprocs, addr, deadline)
+        else:
+            self._join(nprocs, want, addr, port, deadline)
+
+    def _serve(self, num_hosts, nprocs, addr, deadline):
+        counts = {0: nprocs}
+        conns = {}
+        pending = []
+        self.server.settimeout(1.0)
+        while len(counts) < num_hosts:
+            if time.time() > deadline:
+                raise TimeoutError(f"torch_xla: only {len(counts)} of {num_hosts} hosts joined at "
+                                   f"{addr} (XLA_NUM_HOSTS={num_hosts})")
+            try:
+                c, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            c.settimeout(None)
+            msg = _recv_msg(c)
+            if msg is None:
+                c.close()
+                continue
+            idx = msg.get("host_index", -1)
+            if idx < 0 or idx in counts:
+                idx = min(i for i in range(1, num_hosts + 1) if i not in counts)
+            counts[idx] = msg["nprocs"]
+            conns[idx] = c
+            pending.append(c)
+        coord_port = distributed_init.free_port(addr)
+        layout = [counts[i] for i in range(num_hosts)]
+        for idx, c in conns.items():
+            _send_msg(c, {"host_index": idx, "layout": layout, "coordinator": f"{addr}:{coord_port}"})
+        self.peers = list(conns.values())
+        self.host_index = 0
+        self.layout = layout
+        self.coordinator = f"{addr}:{coord_port}"
+        for c in self.peers:
+            threading.Thread(target=self._watch, args=(c, True), daemon=True).start()
+
+    def _join(self, nprocs, want, addr, port, deadline):
+        last = None
+        while True:
+            try:
+                s = socket.create_connection((addr, port), timeout=5)
+                break
+            except OSError as e:
+                last = e
+                if time.time() > deadline:
+                    raise TimeoutError(f"torch_xla: could not reach the launcher of host 0 at {addr}:{port}: {last}")
+                time.sleep(0.2)
+        s.settimeout(None)
+        _send_msg(s, {"nprocs": nprocs, "host_index": want})
+        msg = _recv_msg(s)
+        if msg is None:
+            raise RuntimeError("torch_xla: host 0's launcher closed the connection during rendezvous")
+        self.sock = s
+        self.host_index = msg["host_index"]
+        self.layout = msg["layout"]
+        self.coordinator = msg["coordinator"]
+        threading.Thread(target=self._watch, args=(s, False), daemon=True).start()
+
+    def _watch(self, c, relay):
+        try:
+            msg = _recv_msg(c)
+        except OSError:
+            msg = None
+        if msg is not None and msg.get("done"):
+            return
+        reason = (msg or {}).get("fail") or "a launcher on another host disconnected"
+        self.fail_reason = reason
+        self.failed.set()
+        if relay:
+            self.broadcast_failure(reason)
+
+    def broadcast_failure(self, reason):
+        for c in self.peers + ([self.sock] if self.sock else []):
+            try:
+                _send_msg(c, {"fail": reason})
+            except OSError:
+                pass
+
+    def done(self):
+        for c in self.peers + ([self.sock] if self.sock else []):
+            try:
+                _send_msg(c, {"done": True})
+            except OSError:
+                pass
+
+    def close(self):
+        for c in self.peers + ([self.sock] if self.sock else []):
+            try:
+                c.close()
+            except OSError:
+                pass
+        if self.server is not None:
+            self.server.close()
+
+
+# ---------------------------------------------------------------------------
+# the parent side
+
+class Job:
+    def __init__(self, procs, conns, link):
+        self.procs = procs        # rank -> Process
+        self.conns = conns        # rank -> parent end of the pipe
+        self.link = link
+        self.errors = {}
+
+    def _drain(self):
+        for rank, c in list(self.conns.items()):
+            try:
+                while c.poll():
+                    kind, r, text = c.recv()
+                    if kind == "error":
+                        self.errors[r] = text
+            except (EOFError, OSError):
+                pass
+
+    def join(self):
+        from multiprocessing.connection import wait
+        failed = None
+        try:
+            while True:
+                alive = [p for p in self.procs.values() if p.exitcode is None]
+                for rank, p in self.procs.items():
+                    if p.exitcode not in (None, 0):
+                        failed = (rank, p.exitcode)
+                        break
+                if failed or not alive:
+                    break
+                if self.link is not None and self.link.failed.is_set():
+                    failed = (None, self.link.fail_reason)
+                    break
+                wait([p.sentinel for p in alive], timeout=0.5)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        self._drain()
+        if failed is None:
+            if self.link is not None:
+                self.link.done()
+                self.link.close()
+            return None
+        self.stop()
+        self._drain()
+        rank, code = failed
+        if rank is None:
+            msg = f"torch_xla: the job failed on another host: {code}"
+        else:
+            how = (f"was killed by signal {signal.Signals(-code).name}" if isinstance(code, int) and code < 0
+                   else f"exited with code {code}")
+            msg = f"torch_xla: replica {rank} (pid {self.procs[rank].pid}) {how}"
+            tb = self.errors.get(rank)
+            if tb:
+                msg += f":\n{tb}"
+            others = {r: t for r, t in self.errors.items() if r != rank}
+            for r, t in sorted(others.items()):
+                msg += f"\n-- replica {r} also failed:\n{t}"
+            if self.link is not None:
+                self.link.broadcast_failure(f"replica {rank} {how}")
+        if self.link is not None:
+            self.link.close()
+        raise ReplicaFailed(msg)
+
+    def stop(self):
+        """SIGTERM every live replica, then SIGKILL the ones still there."""
+        live = [p for p in self.procs.values() if p.exitcode is None]
+        for p in live:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.time() + _KILL_GRACE_S
+        for p in live:
+            p.join(max(0.0, deadline - time.time()))
+        for p in live:
+            if p.exitcode is None:
+                try:
+                    os.kill(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                p.join(5)
+
+
+def _strip_device_count_flag(flags):
+    return " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
+
+
+def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
+    """Start the replicas of this host; -> Job."""
+    from ..engine.runtime import device_type
+    local = nprocs if nprocs else local_device_count()
+    if device_type() != "CPU" and nprocs and nprocs != local_device_count():
+        import warnings
+        warnings.warn(f"nprocs={nprocs} ignored: one process per device ({local_device_count()})")
+        local = local_device_count()
+    num_hosts = distributed_init.env_int("XLA_NUM_HOSTS", 1)
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    link = None
+    if num_hosts > 1:
+        port = distributed_init.env_int("MASTER_PORT", 12355)
+        link = _HostLink(num_hosts, local, master, port, distributed_init.init_timeout())
+        host_index, layout, coordinator = link.host_index, link.layout, link.coordinator
+    else:
+        host_index, layout = 0, [local]
+        port = os.environ.get("MASTER_PORT")
+        coordinator = f"{master}:{port or distributed_init.free_port(master)}"
+    world = sum(layout)
+    offset = sum(layout[:host_index])
+    ctx = multiprocessing.get_context(start_method)
+    procs, conns = {}, {}
+    base_env = {
+        "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(local), "GROUP_RANK": str(host_index),
+        "XLA_COORDINATOR_ADDRESS": coordinator, "MASTER_ADDR": master,
+        "XLA_NUM_HOSTS": str(len(layout)), "PJRT_DEVICE": device_type(),
+    }
+    saved = dict(os.environ)
+    try:
+        for local_rank in range(local):
+            env = dict(base_env, RANK=str(offset + local_rank), LOCAL_RANK=str(local_rank))
+            if device_type() == "CPU" and "XLA_FLAGS" in os.environ:
+                env["XLA_FLAGS"] = _strip_device_count_flag(os.environ["XLA_FLAGS"])
+            os.environ.update(env)
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_replica_main, args=(fn, args, env, child_end, os.getpid()),
+                            daemon=daemon, name=f"xla-replica-{offset + local_rank}")
+            p.start()
+            child_end.close()
+            procs[offset + local_rank] = p
+            conns[offset + local_rank] = parent_end
+    except BaseException:
+        Job(procs, conns, link).stop()
+        raise
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return Job(procs, conns, link)
+
+
+def run_single(fn, args):
+    """nprocs=1: run fn(0, *args) in this process."""
+    fn(0, *args)
+    return None

@@ -1,0 +1,244 @@
+"""Running a step graph that holds collectives across every process of the job.
+
+The executor calls `wants(order)` only when this process is part of a
+multi-process job; graphs with a collective node are compiled here as a
+`shard_map` over the 1-D mesh of every process's device (axis
+`distributed_init.MESH_AXIS`, position = global ordinal). Each process feeds its
+own arrays as its shard of global arrays and gets its own shards back, so the
+executor sees the same local-in, local-out callable as for a local graph.
+
+A watchdog thread publishes how many collective graphs this process has
+entered (in jax.distributed's key-value store, about once a second), and
+checks that the graph it launched last finishes: after XLA_COLLECTIVE_TIMEOUT
+seconds (default 1800) it names the collectives that wait and the ordinals that
+never reached them, and ends the process (the launcher then ends the job).
+"""
+import os
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+
+from . import distributed_init
+from .lowering import collectives as _coll
+
+_mesh = None
+_shard_map = None
+_sm_kw = None
+
+
+def wants(order):
+    """True when this graph must run as one job-wide program."""
+    ops = _coll.COLLECTIVE_OPS
+    for n in order:
+        if n.entry.info in ops:
+            return True
+    return False
+
+
+def mesh():
+    global _mesh
+    if _mesh is None:
+        from jax.sharding import Mesh
+        by_process = {}
+        for d in jax.devices():
+            if d.process_index not in by_process or d.id < by_process[d.process_index].id:
+                by_process[d.process_index] = d
+        from .runtime import jax_device
+        by_process[jax.process_index()] = jax_device()
+        devs = [by_process[i] for i in sorted(by_process)]
+        _mesh = Mesh(np.array(devs), (distributed_init.MESH_AXIS,))
+    return _mesh
+
+
+def _get_shard_map():
+    global _shard_map, _sm_kw
+    if _shard_map is None:
+        import inspect
+        fn = getattr(jax, "shard_map", None)
+        if fn is None:
+            from jax.experimental.shard_map import shard_map as fn
+        params = inspect.signature(fn).parameters
+        if "check_vma" in params:
+            _sm_kw = {"check_vma": False}
+        elif "check_rep" in params:
+            _sm_kw = {"check_rep": False}
+        else:
+            _sm_kw = {}
+        _shard_map = fn
+    return _shard_map, _sm_kw
+
+
+class JobExecutable:
+    """Local arrays in, local arrays out; runs the step on every process."""
+
+    def __init__(self, compiled, sharding, in_scalar, out_scalar, n, desc):
+        self.compiled = compiled
+        self.sharding = sharding
+        self.in_scalar = in_scalar     # which inputs are 0-d (fed as (1,))
+        self.out_scalar = out_scalar
+        self.n = n
+        self.desc = desc
+
+    def __getattr__(self, name):  # as_text(), cost_analysis(), ... of the compiled program
+        return getattr(self.compiled, name)
+
+    def __call__(self, *inputs):
+        dev = _local_device()
+        sharding = self.sharding
+        n = self.n
+        glob = []
+        for x, sc in zip(inputs, self.in_scalar):
+            if isinstance(x, np.ndarray):
+                x = jax.device_put(x, dev)
+            if sc:
+                x = x.reshape((1,))
+            shape = (x.shape[0] * n,) + tuple(x.shape[1:])
+            glob.append(jax.make_array_from_single_device_arrays(shape, sharding, [x]))
+        _watch.entered(self.desc)
+        outs = self.compiled(*glob)
+        local = []
+        for o, sc in zip(outs, self.out_scalar):
+            a = o.addressable_data(0)
+            local.append(a.reshape(()) if sc else a)
+        _watch.launched(local)
+        return local
+
+
+def _local_device():
+    from .runtime import jax_device
+    return jax_device()
+
+
+def compile(fn, inputs, donated, order=()):  # noqa: A001
+    """jit(shard_map(fn)) over the job mesh, lowered for these local inputs."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    m = mesh()
+    axis = distributed_init.MESH_AXIS
+    n = m.devices.size
+    spec = P(axis)
+    sharding = NamedSharding(m, spec)
+    in_scalar = [np.ndim(x) == 0 for x in inputs]
+    out_scalar = []
+
+    def body(*blocks):
+        args = [b.reshape(()) if sc else b for b, sc in zip(blocks, in_scalar)]
+        outs = fn(*args)
+        out_scalar[:] = [np.ndim(o) == 0 for o in outs]
+        return [o.reshape((1,)) if o.ndim == 0 else o for o in outs]
+
+    shard_map, kw = _get_shard_map()
+    mapped = shard_map(body, mesh=m, in_specs=tuple(spec for _ in inputs), out_specs=spec, **kw)
+    jitted = jax.jit(mapped, donate_argnums=donated)
+    specs = []
+    for x, sc in zip(inputs, in_scalar):
+        shape = (1,) if sc else tuple(np.shape(x))
+        specs.append(jax.ShapeDtypeStruct((shape[0] * n,) + shape[1:], np.asarray(x).dtype if isinstance(x, np.ndarray)
+                                          else x.dtype, sharding=sharding))
+    prev = (_coll.JOB.axis, _coll.JOB.size, _coll.JOB.token)
+    _coll.JOB.axis, _coll.JOB.size, _coll.JOB.token = axis, n, None
+    try:
+        compiled = jitted.lower(*specs).compile()
+    finally:
+        _coll.JOB.axis, _coll.JOB.size, _coll.JOB.token = prev
+    if os.environ.get("XLA_JOB_DUMP"):
+        with open(f"{os.environ['XLA_JOB_DUMP']}.{distributed_init.rank()}.txt", "a") as f:
+            f.write(compiled.as_text())
+    desc = ", ".join(_coll.describe(node.entry) for node in order if node.entry.info in _coll.COLLECTIVE_OPS)
+    return JobExecutable(compiled, sharding, in_scalar, list(out_scalar), n, desc)
+
+
+# ---------------------------------------------------------------------------
+# the watchdog
+
+def collective_timeout():
+    return float(os.environ.get("XLA_COLLECTIVE_TIMEOUT", "1800"))
+
+
+class _Watch:
+    def __init__(self):
+        self.count = 0          # collective graphs entered by this process
+        self.published = -1
+        self.desc = ""
+        self.pending = None     # (count, desc, arrays, t0)
+        self.lock = threading.Lock()
+        self.thread = None
+
+    def entered(self, desc):
+        self.count += 1
+        self.desc = desc
+
+    def launched(self, arrays):
+        with self.lock:
+            self.pending = (self.count, self.desc, arrays, time.monotonic())
+
+    def start(self):
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="torch_xla-collective-watchdog", daemon=True)
+            self.thread.start()
+
+    def _loop(self):
+        client = distributed_init.client()
+        me = distributed_init.rank()
+        timeout = collective_timeout()
+        while True:
+            time.sleep(0.5)
+            try:
+                if client is not None and self.count != self.published:
+                    c = self.count
+                    client.key_value_set(f"torch_xla/progress/{me}", str(c), allow_overwrite=True)
+                    self.published = c
+            except Exception:  # noqa: BLE001 - the service may be shutting down
+                pass
+            with self.lock:
+                p = self.pending
+            if p is None:
+                continue
+            count, desc, arrays, t0 = p
+            if all(_ready(a) for a in arrays):
+                with self.lock:
+                    if self.pending is p:
+                        self.pending = None
+                continue
+            if time.monotonic() - t0 > timeout:
+                self._report(client, me, count, desc, time.monotonic() - t0)
+
+    def _report(self, client, me, count, desc, waited):
+        late = []
+        try:
+            time.sleep(1.5)  # let the others publish their latest count
+            entries = dict(client.key_value_dir_get("torch_xla/progress/"))
+            for r in range(distributed_init.world_size()):
+                v = entries.get(f"torch_xla/progress/{r}")
+                if v is None:
+                    for k, val in entries.items():
+                        if k.endswith(f"/{r}"):
+                            v = val
+                got = int(v) if v is not None else 0
+                if got < count:
+                    late.append((r, got))
+        except Exception as e:  # noqa: BLE001
+            late = [("?", f"(could not read the others' progress: {e})")]
+        who = ", ".join(f"{r} (at collective step {c})" for r, c in late) or "none known"
+        sys.stderr.write(
+            f"torch_xla: replica {me}: collective step {count} [{desc}] has waited {waited:.0f} s "
+            f"(XLA_COLLECTIVE_TIMEOUT={collective_timeout():g}) for ordinals that never reached it: {who}. "
+            f"Every replica must run the same graphs.\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def _ready(a):
+    try:
+        return a.is_ready()
+    except Exception:  # noqa: BLE001 - deleted/donated since
+        return True
+
+
+_watch = _Watch()
+
+
+def start_watchdog():
+    _watch.start()
