@@ -47,6 +47,25 @@ def real_devices():
     return [f"{xr.device_type()}:{xr.global_ordinal()}"]
 
 
+def launch(fn, args=(), start_method="spawn", debug_single_process=False):
+    """Run fn(global_ordinal, *args) on every device: one process per device.
+
+    Under torchrun (or any launcher that sets RANK/WORLD_SIZE) this process is
+    already one replica, and fn runs here. debug_single_process runs one replica
+    in this process."""
+    import os
+    from .distributed import xla_multiprocessing as xmp
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None or (
+            os.environ.get("RANK") not in (None, "") and os.environ.get("WORLD_SIZE") not in (None, "")):
+        from .engine import distributed_init
+        from . import runtime as xr
+        distributed_init.maybe_initialize()
+        fn(xr.global_ordinal(), *args)
+        return None
+    xmp.spawn(fn, args=args, nprocs=1 if debug_single_process else None, start_method=start_method)
+    return None
+
+
 def manual_seed(seed, device=None):
     """Seed the XLA device's random generator."""
     from .engine.lowering.random import manual_seed as _seed
