@@ -161,7 +161,7 @@ def hash_str(h):
 
 class Graph:
     """What the hooks need about one graph; frames are taken when asked for."""
-    __slots__ = ("order", "params", "scalars", "values", "key", "reason", "_frames", "_hash")
+    __slots__ = ("order", "params", "scalars", "values", "key", "reason", "_frames", "_hash", "pcache")
 
     def __init__(self, order, params, scalars, values, key, reason):
         self.order = order
@@ -172,6 +172,7 @@ class Graph:
         self.reason = reason
         self._frames = None
         self._hash = None
+        self.pcache = None   # (hit, digest) from the persistent cache
 
     @property
     def frames(self):
@@ -272,9 +273,25 @@ def before_compile(g):
     return persistent_cache.snapshot()
 
 
+def load_compiled(g, inputs, donated):
+    """The persistent cache's executable for this graph, or None (then compile)."""
+    from . import persistent_cache
+    if not persistent_cache.enabled():
+        return None
+    compiled, digest = persistent_cache.load(g.order, g.params, g.scalars, g.values, inputs, donated)
+    g.pcache = (compiled is not None, digest)
+    return compiled
+
+
 def after_compile(g, exe, compiled, cache_before):
     from . import metrics, persistent_cache
-    persistent_cache.account(cache_before)
+    if g.pcache is not None and g.pcache[1] is not None:
+        hit, digest = g.pcache
+        metrics.counter("PersistentCacheHit" if hit else "PersistentCacheMiss")
+        if not hit:
+            persistent_cache.store(digest, compiled)
+    else:
+        persistent_cache.account(cache_before)
     metrics.value_metric("TensorsGraphSize", len(g.order))
     metrics.value_metric("InputOutputAliasCount", len(getattr(exe, "donated", ()) or ()))
     counts = collections.Counter()

@@ -9,6 +9,7 @@ Read-only mode loads entries but never writes (a cache shared by many jobs).
 Hits and misses are counted (PersistentCacheHit / PersistentCacheMiss) from
 JAX's monitoring events around each compilation the executor makes.
 """
+import hashlib
 import os
 import threading
 
@@ -125,3 +126,115 @@ def account(before):
         metrics.counter("PersistentCacheMiss")
         return False
     return None
+
+
+# ---------------------------------------------------------------------------
+# torch_xla's own layer: executables keyed by a stable digest of the IR graph,
+# so a hit skips JAX's tracing and lowering as well as XLA's compilation.
+
+_env_digest = []
+
+
+def _environment():
+    if not _env_digest:
+        import jax
+        import jaxlib
+        from .. import version
+        from .runtime import jax_device
+        h = hashlib.sha256()
+        dev = jax_device()
+        parts = [jax.__version__, getattr(jaxlib, "__version__", ""), version.__version__,
+                 dev.platform, getattr(dev, "device_kind", ""), str(jax.config.jax_enable_x64)]
+        for k in ("XLA_FLAGS", "XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16", "XLA_NO_SPECIAL_SCALARS",
+                  "PJRT_DEVICE", "XLA_HLO_DEBUG", "XLA_IR_DEBUG"):
+            parts.append(f"{k}={os.environ.get(k, '')}")
+        # the lowering code itself: any edit to the engine invalidates old entries
+        root = os.path.dirname(os.path.abspath(__file__))
+        for dirpath, _dirs, files in sorted(os.walk(root)):
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    st = os.stat(os.path.join(dirpath, f))
+                    parts.append(f"{os.path.relpath(os.path.join(dirpath, f), root)}:{st.st_size}:{st.st_mtime_ns}")
+        h.update("\n".join(parts).encode())
+        _env_digest.append(h.digest())
+    return _env_digest[0]
+
+
+def _usable():
+    if _state["path"] is None:
+        return False
+    try:
+        from .. import runtime as xr
+        if xr.world_size() > 1 or xr.is_spmd():
+            return False  # multi-process and SPMD programs go through JAX's own cache
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def graph_digest(order, params, scalars, values, inputs, donated):
+    """A digest of everything that decides the compiled program."""
+    h = hashlib.sha256(_environment())
+    pos = {}
+    parts = []
+    for p, x in zip(params, inputs):
+        pos[id(p)] = len(pos)
+        parts.append(f"P{p.entry!r}{tuple(getattr(x, 'shape', ()))}{getattr(x, 'dtype', '')}")
+    for s in scalars:
+        pos[id(s)] = len(pos)
+        parts.append(f"S{s.entry}")
+    for n in order:
+        pos[id(n)] = len(pos)
+        e = n.entry
+        ops = ",".join(f"{pos[id(v[0])]}.{v[1]}" for v in n.operands)
+        parts.append(f"N{e.name}|{e.static_key!r}|{ops}")
+    parts.append("R" + ",".join(f"{pos[id(v[0])]}.{v[1]}" for v in values))
+    parts.append(f"D{tuple(donated)!r}")
+    text = "\n".join(parts)
+    if " at 0x" in text:
+        return None  # an argument without a stable spelling: leave this graph to JAX's cache
+    h.update(text.encode())
+    return h.hexdigest()
+
+
+def _entry_path(digest):
+    return os.path.join(_state["path"], f"torch_xla-{digest}.exe")
+
+
+def load(order, params, scalars, values, inputs, donated):
+    """-> (compiled or None, digest or None)."""
+    if not _usable():
+        return None, None
+    try:
+        digest = graph_digest(order, params, scalars, values, inputs, donated)
+    except Exception:  # noqa: BLE001
+        return None, None
+    if digest is None:
+        return None, None
+    path = _entry_path(digest)
+    if not os.path.exists(path):
+        return None, digest
+    try:
+        import pickle
+        from jax.experimental import serialize_executable
+        with open(path, "rb") as f:
+            payload, in_tree, out_tree = pickle.load(f)
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree), digest
+    except Exception:  # noqa: BLE001 - a stale or foreign entry is a miss
+        return None, digest
+
+
+def store(digest, compiled):
+    if digest is None or _state["readonly"] or _state["path"] is None:
+        return
+    try:
+        import pickle
+        import tempfile
+        from jax.experimental import serialize_executable
+        blob = pickle.dumps(serialize_executable.serialize(compiled))
+        fd, tmp = tempfile.mkstemp(dir=_state["path"], prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, _entry_path(digest))
+    except Exception:  # noqa: BLE001 - caching is best effort
+        pass

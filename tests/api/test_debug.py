@@ -1,0 +1,184 @@
+"""PT_XLA_DEBUG_LEVEL analysis, recompilation explanations, graph dumps, sanity command."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+
+
+def _run(code, env=None, timeout=150, path=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    e.setdefault("JAX_PLATFORMS", "cpu")
+    if path is not None:
+        path.write_text(textwrap.dedent(code))
+        args = [sys.executable, str(path)]
+    else:
+        args = [sys.executable, "-c", textwrap.dedent(code)]
+    p = subprocess.run(args, env=e, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return p
+
+
+TRAIN = """
+import torch, torch_xla, torch_xla.core.xla_model as xm
+dev = torch_xla.device()
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 2).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range({steps}):
+    bs = {bs}
+    x = torch.randn(bs, 8).to(dev)
+    opt.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    print("loss", loss.item())  # LOSS_ITEM_LINE
+    xm.mark_step()
+"""
+
+
+def _line_of(code, marker):
+    for i, line in enumerate(textwrap.dedent(code).splitlines(), 1):
+        if marker in line:
+            return i
+    raise AssertionError(marker)
+
+
+def test_debug_level_2_item_every_step_and_recompilation(tmp_path):
+    code = TRAIN.format(steps=5, bs="4 if step < 3 else 6")
+    script = tmp_path / "train_item.py"
+    p = _run(code, {"PT_XLA_DEBUG_LEVEL": "2"}, path=script)
+    err = p.stderr
+    line = _line_of(code, "LOSS_ITEM_LINE")
+    assert "Compilation Analysis: Compilation Cause" in err
+    assert "Compilation Analysis:   most likely user code trying to access tensor value before mark_step" in err
+    assert "Execution Analysis: Execution Cause" in err
+    assert f"Execution Analysis:   <module> ({script}:{line})" in err
+    assert re.search(r"Compilation Analysis:   Graph Hash: [0-9a-f]{32}", err)
+    assert re.search(r"Compilation Analysis:   Number of Graph Inputs: \d+", err)
+    assert re.search(r"Compilation Analysis:   Number of Graph Outputs: \d+", err)
+    assert "Post Compilation Analysis: Graph input size: " in err
+    assert "Compilation Analysis:   user mark_step" in err       # the mark_step after the read
+    assert re.search(r"pt-xla-profiler: TransferFromDeviceTime too frequent: \d+ counts during \d+ steps",
+                     p.stdout)
+    # the batch grows from 4 to 6 at step 3: say which input changed, and both shapes
+    assert "Recompilation Analysis: " in err
+    assert re.search(r"Recompilation Analysis:   input \d+ 'x' shape changed: f32\[4,8\] -> f32\[6,8\]", err), \
+        err[-3000:]
+    assert "first used by aten::" in err
+
+
+def test_debug_level_1_skips_execution_and_debug_file(tmp_path):
+    log = tmp_path / "debug.txt"
+    p = _run(TRAIN.format(steps=2, bs="4"), {"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_FILE": str(log)})
+    text = log.read_text()
+    assert "Compilation Analysis: Compilation Cause" in text
+    assert "Execution Analysis: Execution Cause" not in text
+    assert "Compilation Analysis" not in p.stderr
+
+
+def test_explain_recompilations_function(dev):
+    def step(n):
+        x = torch.ones(n, 3, device=dev) * 2
+        y = x.sum(0) + 1
+        xm.mark_step()
+        return y
+    step(3)
+    step(3)
+    step(5)
+    text = met.explain_recompilations(last=1)
+    assert "f32[3,3] -> f32[5,3]" in text or "op " in text, text
+    assert "test_debug.py" in text
+
+
+def test_graph_dumps(dev):
+    a = torch.randn(2, 3).to(dev)
+    b = (a * 2).sum(dim=1)
+    text = torch_xla._XLAC._get_xla_tensors_text([b])
+    assert text.startswith("IR {\n") and text.rstrip().endswith("}")
+    assert re.search(r"%\d+ = f32\[2,3\]\{1,0\} xla::device_data\(\), xla_shape=f32\[2,3\]\{1,0\}", text)
+    assert re.search(r"%\d+ = f32\[2\]\{0\} aten::sum\(%\d+\), .*ROOT=0", text)
+    dot = torch_xla._XLAC._get_xla_tensors_dot([b])
+    assert dot.startswith("digraph G {") and "->" in dot
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([b])
+    assert hlo.startswith("HloModule") and "reduce" in hlo
+    shlo = xm.get_stablehlo([b])
+    assert "stablehlo." in shlo and "func.func" in shlo
+    bc = xm.get_stablehlo_bytecode([b])
+    assert isinstance(bc, bytes) and bc[:4] == b"ML\xefR"
+    # dumping runs nothing
+    assert met.counter_value("UncachedCompile") is None
+    assert torch.allclose(b.cpu(), (a.cpu() * 2).sum(1))
+
+
+def test_save_tensors_file_formats(tmp_path):
+    code = f"""
+        import os, torch, torch_xla, torch_xla.core.xla_model as xm
+        a = torch.randn(2, 2).to(torch_xla.device())
+        for fmt in ("text", "hlo", "dot", "stablehlo"):
+            os.environ["XLA_SAVE_TENSORS_FMT"] = fmt
+            os.environ["XLA_SAVE_TENSORS_FILE"] = os.path.join({str(tmp_path)!r}, "graphs_" + fmt + ".txt")
+            b = a @ a + 1
+            xm.mark_step()
+            print(b.sum().item())
+    """
+    _run(code, {"XLA_SAVE_TENSORS_FILE": str(tmp_path / "unused.txt"), "XLA_IR_DEBUG": "1"})
+    for fmt, marker in (("text", "IR {"), ("hlo", "HloModule"), ("dot", "digraph G"), ("stablehlo", "stablehlo.")):
+        text = (tmp_path / f"graphs_{fmt}.txt").read_text()
+        assert text.count("[SyncTensorsGraph]") == 2, text[:500]
+        assert "TensorsGraphInfo:" in text and "## BEGIN_GRAPH" in text and "## END_GRAPH" in text
+        assert re.search(r"Graph Hash: [0-9a-f]{32}", text)
+        assert marker in text
+        assert "mark_step (" in text
+        if fmt == "text":
+            assert "location=<module>@<string>:7" in text, text
+
+
+def test_save_hlo_file_on_failure(tmp_path, dev, monkeypatch):
+    from torch_xla.engine import graph_dump
+    a = torch.randn(3, 3).to(dev)
+    b = a + 1
+    f = tmp_path / "failed.hlo"
+    monkeypatch.setenv("XLA_SAVE_HLO_FILE", str(f))
+    path = graph_dump.save_failing_hlo([b._v], "compile", RuntimeError("boom"))
+    assert path == str(f)
+    text = f.read_text()
+    assert "failed to compile: RuntimeError: boom" in text and "HloModule" in text
+
+
+def test_xla_flags_dump_to(tmp_path):
+    d = tmp_path / "dump"
+    _run("""
+        import torch, torch_xla
+        a = torch.randn(2, 2).to(torch_xla.device())
+        print((a + 1).sum().item())
+    """, {"XLA_FLAGS": f"--xla_dump_to={d}"})
+    assert any(n.endswith(".txt") for n in os.listdir(d))
+
+
+def test_sanity_command():
+    p = subprocess.run([sys.executable, "-m", "torch_xla.utils.sanity"], capture_output=True, text=True,
+                       timeout=150, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    assert "torch " in out and "jax " in out and "torch_xla " in out
+    assert "simple calculation" in out and "tiny training step" in out
+    assert "torch_xla is working." in out
+
+
+def test_sanity_reports_failures(capsys):
+    from torch_xla.utils import sanity
+    sanity._failures.clear()
+    assert sanity._check("a check that breaks", lambda: 1 / 0, "a hint") is False
+    assert sanity._finish() == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] a check that breaks: ZeroDivisionError" in out and "a hint" in out
+    assert "NOT working" in out
+    sanity._failures.clear()
