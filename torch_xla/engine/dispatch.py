@@ -201,14 +201,8 @@ def _out_handler(func, twin):
                 o.copy_(r.cpu())
                 continue
             if o._aval[0] != r._aval[0]:
-                if o.numel() != 0 and o._xb is None:
-                    raise RuntimeError(
-                        f"torch_xla: out= tensor of shape {list(o.shape)} cannot be resized to {list(r.shape)} "
-                        f"for aten::{schema.name.split('::')[-1]}; pass an out tensor of the result's shape")
-                if o.numel() == 0:
-                    raise RuntimeError(
-                        f"torch_xla: resizing an empty out= tensor is not supported (aten::{schema.name}); "
-                        f"use the functional form")
+                # PyTorch resizes a wrong-shaped out= tensor (warning when it had elements)
+                views.resize_out(o, r._aval[0], schema.name.split("::")[-1])
             assign_result(o, r)
         return outs[0] if len(outs) == 1 else tuple(outs)
     del in_names

@@ -315,7 +315,9 @@ def make_entry(info, key, args, kwargs):
     e.info = info
     e.name = info.name
     e.static_key = key
-    e.hash = hash((info.name, key))
+    # repr: ints hash modulo 2**61-1, so hash(2**63-1) == hash(3) and a[1:] would
+    # share a graph key with a[1:3]
+    e.hash = hash((info.name, repr(key)))
     e.out_avals = avals
     e.out_struct = struct
     e.template = tmpl

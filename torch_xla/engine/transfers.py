@@ -75,7 +75,7 @@ def _copy_(args, kwargs):
     aval = (tuple(src.shape), src.dtype)
     if aval != dst._aval:
         v = _cast_to(v, aval, dst._aval)
-    views.assign(dst, v)
+    views.assign(dst, v, fresh=True)
     return dst
 
 
@@ -127,11 +127,29 @@ def _detach_(args, kwargs):
 
 @handler("resize_.default")
 def _resize_(args, kwargs):
-    t, size = args[0], tuple(args[1])
-    if size == tuple(t.shape):
-        return t
-    raise RuntimeError(f"torch_xla: resize_ from {list(t.shape)} to {list(size)} is not supported on XLA tensors "
-                       f"(at {__import__('torch_xla.engine.tracing', fromlist=['where']).where()})")
+    return views.resize(args[0], args[1])
+
+
+@handler("resize_as_.default")
+def _resize_as_(args, kwargs):
+    return views.resize(args[0], args[1].shape)
+
+
+@handler("set_.source_Tensor")
+def _set_tensor(args, kwargs):
+    return views._make_alias_of(args[0], args[1])
+
+
+@handler("set_.default")
+def _set_empty(args, kwargs):
+    return views.set_empty(args[0])
+
+
+@handler("set_.source_Storage", "set_.source_Storage_storage_offset")
+def _set_storage(args, kwargs):
+    raise RuntimeError(
+        "torch_xla: set_ with a Storage is not supported on XLA tensors (XLA tensors have no storage); "
+        "use set_(tensor) or tensor.data = other")
 
 
 del to_jax
