@@ -25,7 +25,12 @@ def op_info(func):
         name = func._schema.name.split("::")[-1]
         if func._overloadname != "default":
             name += "." + func._overloadname
-        info = _infos[func] = OpInfo(name, func, registry.find(func))
+        info = _infos[func] = OpInfo(name, func, registry.find(func), meta=registry.META.get(func))
+        st = registry.static_args(func)
+        if st:
+            args = func._schema.arguments
+            info.scalar_pos = frozenset(i for i in info.scalar_pos if args[i].name not in st)
+            info.scalar_kw = info.scalar_kw - st
     return info
 
 
@@ -63,7 +68,16 @@ def _functional_twin(func):
     if name.endswith("_") and not name.startswith("__"):
         packet = getattr(aten, name[:-1], None)
         if packet is not None:
+            sig = [(a.name, str(a.type)) for a in schema.arguments]
             twin = getattr(packet, ov, None)
+            if twin is not None and not _mutated_args(twin._schema) \
+                    and [(a.name, str(a.type)) for a in twin._schema.arguments] == sig:
+                return twin
+            # same overload name, other signature (pow_.Scalar is pow.Tensor_Scalar)
+            for cand_name in packet.overloads():
+                cand = getattr(packet, cand_name)
+                if not _mutated_args(cand._schema) and [(a.name, str(a.type)) for a in cand._schema.arguments] == sig:
+                    return cand
             if twin is not None and not _mutated_args(twin._schema):
                 return twin
         return None
@@ -113,7 +127,10 @@ def _functional_handler(info):
 
 def _decomp_handler(func, decomp):
     def h(args, kwargs):
-        return decomp(*args, **kwargs)
+        out = decomp(*args, **kwargs)
+        if out is NotImplemented:  # the rule does not cover these arguments
+            return fallback.run_on_cpu(func, args, kwargs)
+        return out
     return h
 
 
@@ -266,11 +283,42 @@ def _foreach_handler(func):
     return h
 
 
+def _inplace_view_handler(func, twin):
+    """transpose_, t_, squeeze_, unsqueeze_, as_strided_, ...: the tensor object
+    takes the view's metadata (through .data, which PyTorch does not dispatch).
+    A view stays a view of its base; a base takes the view's value as its own
+    (other views of that base keep seeing the old layout's storage)."""
+    from . import ir
+    from .tensor import _ref, pending
+
+    def h(args, kwargs):
+        t = args[0]
+        nv = _call(twin, args, kwargs)
+        torch._C.TensorBase.data.__set__(t, nv)  # metadata only (no dispatch)
+        if t._xb is None:
+            old = t._v
+            t._v = views.view_value(nv)
+            t._aval = nv._aval
+            t._gen += 1
+            if old[0].kind == ir.DATA and t._v[0].kind == ir.OP:
+                pending.append(_ref(t))
+        else:
+            t._xb, t._chain, t._aval, t._v, t._vgen = nv._xb, nv._chain, nv._aval, nv._v, nv._vgen
+        return t
+    return h
+
+
 def make_handler(func):
     h = registry.HANDLERS.get(func) or registry.HANDLERS.get(func.overloadpacket)
     if h is not None:
         return h
     schema = func._schema
+    if torch.Tag.inplace_view in func.tags:
+        twin = _functional_twin(func)
+        if twin is None and schema.name.split("::")[-1] in ("swapdims_", "swapaxes_"):
+            twin = aten.transpose.int
+        if twin is not None:
+            return _inplace_view_handler(func, twin)
     if schema.name.startswith("aten::_foreach_"):
         return _foreach_handler(func)
     if _is_view(schema) and (op_info(func).lowering is not None

@@ -13,6 +13,11 @@ aten = torch.ops.aten
 LOWERINGS = {}
 # handlers that replace the generic path for an op (random, data-dependent, mutating)
 HANDLERS = {}
+# shape functions for ops whose PyTorch meta kernel is missing or wrong
+META = {}
+# Scalar-typed arguments a rule needs as Python numbers (they pick the
+# computation, e.g. a norm's `ord`): kept static, part of the memo key
+STATIC = {}
 
 
 def _resolve(name):
@@ -28,16 +33,26 @@ def _resolve(name):
     return getattr(packet, overload, None)
 
 
-def lower(*names):
+def lower(*names, static=()):
     """Register the decorated rule for aten ops given as 'name.overload' or 'name'
-    (every overload). Ops this torch does not have are skipped quietly."""
+    (every overload). Ops this torch does not have are skipped quietly.
+    `static` names Scalar arguments the rule receives as Python numbers."""
     def deco(fn):
         for n in names:
             op = _resolve(n)
             if op is not None:
                 LOWERINGS[op] = fn
+                if static:
+                    STATIC[op] = frozenset(static)
         return fn
     return deco
+
+
+def static_args(func):
+    s = STATIC.get(func)
+    if s is None:
+        s = STATIC.get(func.overloadpacket)
+    return s
 
 
 def handler(*names):
@@ -47,6 +62,17 @@ def handler(*names):
             op = _resolve(n)
             if op is not None:
                 HANDLERS[op] = fn
+        return fn
+    return deco
+
+
+def meta(*names):
+    """Register the decorated function as the shape (meta) function of aten ops."""
+    def deco(fn):
+        for n in names:
+            op = _resolve(n)
+            if op is not None:
+                META[op] = fn
         return fn
     return deco
 

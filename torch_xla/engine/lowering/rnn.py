@@ -4,7 +4,7 @@ workspace holds the post-activation gates, as the CUDA kernels' does."""
 import jax
 import jax.numpy as jnp
 
-from .registry import lower
+from .registry import lower, meta
 
 
 @lower("_thnn_fused_lstm_cell")
@@ -19,6 +19,13 @@ def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None)
     cy = f * cx + i * g
     hy = o * jnp.tanh(cy)
     return hy, cy, jnp.concatenate([i, f, g, o], axis=1)
+
+
+@meta("_thnn_fused_lstm_cell")
+def _lstm_cell_meta(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    # PyTorch's own meta kernel fails without biases
+    import torch
+    return torch.empty_like(cx), torch.empty_like(cx), torch.empty_like(input_gates)
 
 
 @lower("_thnn_fused_lstm_cell_backward_impl")
