@@ -25,7 +25,7 @@ def op_info(func):
         name = func._schema.name.split("::")[-1]
         if func._overloadname != "default":
             name += "." + func._overloadname
-        info = _infos[func] = OpInfo(name, func, registry.find(func), meta=registry.META.get(func))
+        info = _infos[func] = OpInfo(name, func, registry.find(func), meta=registry.META.get(func) or registry.META.get(func.overloadpacket))
         st = registry.static_args(func)
         if st:
             args = func._schema.arguments
