@@ -153,8 +153,9 @@ def _environment():
         for dirpath, _dirs, files in sorted(os.walk(root)):
             for f in sorted(files):
                 if f.endswith(".py"):
-                    st = os.stat(os.path.join(dirpath, f))
-                    parts.append(f"{os.path.relpath(os.path.join(dirpath, f), root)}:{st.st_size}:{st.st_mtime_ns}")
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        digest = hashlib.sha256(fh.read()).hexdigest()
+                    parts.append(f"{os.path.relpath(os.path.join(dirpath, f), root)}:{digest}")
         h.update("\n".join(parts).encode())
         _env_digest.append(h.digest())
     return _env_digest[0]

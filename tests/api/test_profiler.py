@@ -1,0 +1,57 @@
+"""torch_xla.debug.profiler: traces TensorBoard's profile plugin reads, with the Trace names."""
+import glob
+import os
+import socket
+
+import torch
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+import torch_xla.debug.profiler as xp
+
+
+def _xplanes(logdir):
+    return glob.glob(os.path.join(str(logdir), "plugins", "profile", "*", "*.xplane.pb"))
+
+
+def test_start_stop_trace_three_steps(tmp_path, dev):
+    w = torch.randn(16, 16).to(dev)
+
+    @xp.trace_me("decorated_helper_fn")
+    def helper(t):
+        return t * 2
+
+    xp.start_trace(str(tmp_path))
+    for step in range(3):
+        with xp.StepTrace("train_step_region", step_num=step):
+            with xp.Trace("forward_region_name"):
+                y = helper(w @ w).sum()
+    assert xp.get_tracer_marked_step()
+    loss = y.item()
+    xp.stop_trace()
+    assert isinstance(loss, float)
+    # StepTrace synced each step: one graph, compiled once, run three times
+    assert met.counter_value("MarkStep") == 3
+    assert met.metric_data("ExecuteTime")[0] == 3
+    files = _xplanes(tmp_path)
+    assert len(files) == 1, files
+    data = open(files[0], "rb").read()
+    for name in (b"train_step_region", b"forward_region_name", b"decorated_helper_fn"):
+        assert name in data, name
+
+
+def test_server_and_local_trace(tmp_path, dev):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = xp.start_server(port)
+    assert server is not None
+    t = xp.trace_detached(f"localhost:{port}", str(tmp_path), duration_ms=600)
+    a = torch.randn(8, 8).to(dev)
+    while t.is_alive():
+        with xp.Trace("work_during_capture"):
+            (a @ a).sum().item()
+    t.join()
+    files = _xplanes(tmp_path)
+    assert files and b"work_during_capture" in open(files[0], "rb").read()
