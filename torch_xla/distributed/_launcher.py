@@ -79,6 +79,11 @@ def _set_pdeathsig():
 def _replica_main(fn, args, env, conn, parent_pid):
     os.environ.update(env)
     _set_pdeathsig()
+    try:
+        import faulthandler
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where is it?
+    except Exception:  # noqa: BLE001
+        pass
     if os.getppid() != parent_pid:
         os._exit(1)  # the parent died before we could arm the signal
     rank = int(env["RANK"])

@@ -36,17 +36,21 @@ def in_job():
 
 
 def _chained(prim):
-    """prim(x, ...) made to run after the previous collective of the graph.
+    """prim(x, ...) guarded for a job whose processes run slightly different programs.
 
-    XLA orders independent ops as it likes, and two processes whose programs
-    differ slightly (a rank-dependent constant) may issue two collectives in
-    different orders, which deadlocks over gloo. A data dependency fixes the
-    graph's order: the smallest operand gets `+ 0 * previous_output[0]`
-    (a finite zero that XLA cannot fold away; optimization barriers are
-    removed before scheduling). x may be an array or a list of arrays."""
+    XLA compiles each process's program as if every participant ran the same
+    one. Two things break when a rank-dependent constant makes them differ:
+    - XLA orders independent collectives as it likes, and two processes may
+      issue them in different orders, which deadlocks over gloo;
+    - XLA folds a collective of a compile-time constant (all_reduce(c) ->
+      c * n), which is wrong when c differs per process.
+    So every operand gets `+ z`, where z is a zero XLA cannot fold
+    (0.0 * this process's index * the previous collective's first element):
+    operands are never constants, and each collective depends on the one
+    before it, in the graph's order. (Optimization barriers do not survive
+    to scheduling.) x may be an array or a list of arrays."""
     def call(x, *args, **kwargs):
-        if JOB.token is not None:
-            x = _depend(x, JOB.token)
+        x = _guard(x)
         out = prim(x, *args, **kwargs)
         JOB.token = _smallest(out)
         return out
@@ -58,25 +62,24 @@ def _smallest(tree):
     return min(leaves, key=lambda a: a.size) if leaves else None
 
 
-def _depend(x, token):
-    target = _smallest(x)
-    if target is None:
-        return x
-    t0 = token.reshape(-1)[0]
-    if t0.dtype == jnp.bool_:
-        t0 = t0.astype(jnp.int8)
-    if jnp.issubdtype(t0.dtype, jnp.inexact):
-        t0 = jnp.where(jnp.isfinite(t0), t0, jnp.zeros((), t0.dtype))
-    zero = t0 * jnp.zeros((), t0.dtype)
-    if jnp.issubdtype(zero.dtype, jnp.complexfloating):
-        zero = zero.real
+def _finite_f32(v):
+    if v.dtype == jnp.bool_:
+        v = v.astype(jnp.int8)
+    if jnp.issubdtype(v.dtype, jnp.complexfloating):
+        v = v.real
+    v = v.astype(jnp.float32)
+    return jnp.where(jnp.isfinite(v), v, jnp.zeros((), jnp.float32))
+
+
+def _guard(x):
+    zero = lax.axis_index(JOB.axis).astype(jnp.float32) * jnp.float32(0)
+    if JOB.token is not None:
+        zero = zero + _finite_f32(JOB.token.reshape(-1)[0]) * jnp.float32(0)
 
     def dep(a):
-        if a is not target:
-            return a
         if a.dtype == jnp.bool_:
             return jnp.logical_or(a, zero != 0)
-        if jnp.issubdtype(a.dtype, jnp.integer) and jnp.issubdtype(zero.dtype, jnp.inexact):
+        if jnp.issubdtype(a.dtype, jnp.integer):
             return a + zero.astype(jnp.int32).astype(a.dtype)
         return a + zero.astype(a.dtype)
     if isinstance(x, (list, tuple)):
