@@ -227,6 +227,7 @@ def sync(tensors=None, wait=False, reason="user"):
                     seen.add(id(b))
                     bases.append(b)
             full = False
+            compact_pending()
         if bases:
             outs = run([b._v for b in bases], owners=bases, donate=full, reason=reason)
             for b, arr in zip(bases, outs):
@@ -242,6 +243,13 @@ def sync(tensors=None, wait=False, reason="user"):
     return bases
 
 
+def compact_pending():
+    """Loops that only read values (.item()) never reach a full barrier: drop the
+    weakrefs of tensors that died or were computed since they were recorded."""
+    if len(tensor.pending) > 8192:
+        tensor.pending[:] = [r for r in tensor.pending if (t := r()) is not None and t._v[0].kind == ir.OP]
+
+
 def materialize(value, aval):
     """The jax.Array for one IR value (runs only the graph it needs)."""
     node = value[0]
@@ -250,6 +258,7 @@ def materialize(value, aval):
     if node.kind == ir.SCALAR:
         from .dtypes import to_jax
         return np.asarray(node.data, dtype=node.entry).astype(to_jax(aval[1]))
+    compact_pending()
     return run([value], reason="tensor access")[0]
 
 
