@@ -1,4 +1,6 @@
 """torch <-> JAX/numpy dtype maps."""
+import os
+
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -27,6 +29,35 @@ for _name, _ml in (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2", "float8_e
 
 JAX_TO_TORCH = {v: k for k, v in TORCH_TO_JAX.items()}
 
+# The natural JAX dtype of each torch dtype (what host arrays use). TORCH_TO_JAX
+# below is the device *storage* type, which the env vars may narrow: tensors
+# keep reporting their PyTorch dtype and come back to the CPU in it; the
+# lowerings see the storage type through ctx.entry.out_dtype() (to_jax).
+NATURAL = dict(TORCH_TO_JAX)
+# XLA has no complex32: stored (and moved) as complex64
+TORCH_TO_JAX[torch.complex32] = NATURAL[torch.complex32] = jnp.dtype(jnp.complex64)
+
+
+def _env(name):
+    return os.environ.get(name, "0").lower() in ("1", "true", "yes")
+
+
+USE_BF16 = _env("XLA_USE_BF16")
+DOWNCAST_BF16 = _env("XLA_DOWNCAST_BF16")
+USE_FP16 = _env("XLA_USE_FP16")
+DOWNCAST_FP16 = _env("XLA_DOWNCAST_FP16")
+if USE_BF16:
+    TORCH_TO_JAX[torch.float32] = TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.bfloat16)
+elif DOWNCAST_BF16:
+    TORCH_TO_JAX[torch.float32] = jnp.dtype(jnp.bfloat16)
+    TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float32)
+elif USE_FP16:
+    TORCH_TO_JAX[torch.float32] = TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float16)
+elif DOWNCAST_FP16:
+    TORCH_TO_JAX[torch.float32] = jnp.dtype(jnp.float16)
+    TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float32)
+STORAGE_NARROWED = any(TORCH_TO_JAX[k] != NATURAL[k] for k in NATURAL)
+
 # numpy dtypes torch.from_numpy cannot take are moved as same-width ints
 _VIEW_AS = {torch.bfloat16: (np.uint16, torch.int16), torch.float16: (None, None)}
 
@@ -38,8 +69,21 @@ def to_jax(dt):
         raise TypeError(f"torch_xla: dtype {dt} is not supported on the XLA device") from None
 
 
+def storage_array(arr, dtype):
+    """Host numpy array of torch dtype `dtype` -> the array in its device storage type."""
+    st = TORCH_TO_JAX.get(dtype)
+    if st is not None and arr.dtype != st:
+        return arr.astype(st)
+    return arr
+
+
 def numpy_to_torch(arr, dtype):
-    """numpy array (of to_jax(dtype)) -> CPU torch tensor of `dtype`, owning its memory."""
+    """numpy array (of to_jax(dtype), the storage type) -> CPU torch tensor of `dtype`, owning its memory."""
+    nat = NATURAL.get(dtype)
+    if nat is not None and arr.dtype != nat:
+        arr = np.asarray(arr).astype(nat)
+    if dtype == torch.complex32:
+        return torch.from_numpy(np.array(arr)).to(torch.complex32)
     if dtype == torch.bfloat16 or (getattr(torch, "float8_e4m3fn", None) is not None
                                    and dtype in (getattr(torch, "float8_e4m3fn"), getattr(torch, "float8_e5m2", None))):
         width = arr.dtype.itemsize
@@ -59,6 +103,8 @@ def torch_to_numpy(t):
         t = t.resolve_neg()
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view(jnp.bfloat16)
+    if t.dtype == torch.complex32:
+        return t.to(torch.complex64).numpy()
     jd = TORCH_TO_JAX.get(t.dtype)
     if jd is not None and jd.name.startswith("float8"):
         return t.contiguous().view(torch.uint8).numpy().view(jd)

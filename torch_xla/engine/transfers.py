@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from . import ir, metrics, views
-from .dtypes import numpy_to_torch, to_jax, torch_to_numpy
+from .dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
 from .executor import materialize
 from .lowering.registry import handler
 from .runtime import jax_device
@@ -18,7 +18,7 @@ from .runtime import jax_device
 
 def upload_array(cpu):
     t0 = time.perf_counter_ns()
-    arr = torch_to_numpy(cpu)
+    arr = storage_array(torch_to_numpy(cpu), cpu.dtype)
     out = jax.device_put(np.array(arr, copy=True), jax_device())
     metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("InboundData", arr.nbytes, kind="bytes")

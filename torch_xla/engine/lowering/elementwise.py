@@ -245,6 +245,8 @@ lower("isclose")(lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False: jnp.isclose
 def _unary(fn, float_only=True):
     def rule(x):
         dt = _od()
+        if jnp.iscomplexobj(x) and not jnp.issubdtype(dt, jnp.complexfloating):
+            return fn(x).astype(dt)  # abs/angle of complex: real result
         return fn(_as(x, dt))
     return rule
 
