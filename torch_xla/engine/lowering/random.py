@@ -1,9 +1,12 @@
 """The device random generator and random ops.
 
-The generator state is (seed, offset), both kept on the host and fed to the
-graph as scalars, so reseeding or stepping never recompiles. Each random op
-takes the next offset and draws from fold_in(key(seed), offset): the same
-seed gives the same values run to run, and successive draws differ.
+The generator state is one 63-bit running seed, kept on the host, as
+upstream torch_xla keeps it: every random op takes the current seed and
+advances it (a 64-bit LCG step), and draws from a JAX key made from the seed
+it took. The seed reaches the graph as a scalar leaf, so reseeding or
+stepping never recompiles. `torch.manual_seed`, `torch_xla.manual_seed` and
+`xm.set_rng_state` set it; `xm.get_rng_state` reads it, so
+`xm.set_rng_state(xm.get_rng_state())` replays the draws that follow.
 """
 import jax
 import jax.numpy as jnp
@@ -14,43 +17,77 @@ from ..dtypes import to_jax
 from ..tracing import OpInfo, ValueArg, trace_node, wrap
 from .registry import ctx, handler
 
+_MASK = (1 << 63) - 1
+_DEFAULT_SEED = 101  # upstream's default device seed
+
 
 class _Rng:
-    seed = 101
-    offset = 0
+    """seed: the running seed; initial: the last manual seed."""
+    __slots__ = ("seed", "initial")
+
+    def __init__(self):
+        self.seed = _DEFAULT_SEED
+        self.initial = _DEFAULT_SEED
+
+    # older callers read/write (seed, offset) pairs; the offset is folded into the seed
+    @property
+    def offset(self):
+        return 0
+
+    @offset.setter
+    def offset(self, value):
+        if int(value):
+            self.seed = _advance(self.seed, int(value))
 
 
 rng = _Rng()
 
 
+def _advance(seed, n=1):
+    for _ in range(n):
+        seed = (seed * 6364136223846793005 + 1442695040888963407) & _MASK
+    return seed
+
+
 def manual_seed(seed):
-    rng.seed = int(seed) & ((1 << 63) - 1)
-    rng.offset = 0
+    seed = int(seed) & _MASK
+    rng.seed = seed
+    rng.initial = seed
 
 
-def _next():
-    rng.offset += 1
-    return rng.offset
+def get_rng_state():
+    return rng.seed
 
 
-def _key(seed, offset):
-    k = jax.random.PRNGKey(seed.astype(jnp.uint32) ^ (seed >> 32).astype(jnp.uint32))
-    return jax.random.fold_in(k, offset.astype(jnp.uint32))
+def set_rng_state(seed):
+    rng.seed = int(seed) & _MASK
 
 
-def _seed_operands():
-    # forced scalar leaves: never constants, whatever the value
-    return ValueArg(ir.scalar_value(rng.seed, "int64"), ((), torch.int64)), \
-        ValueArg(ir.scalar_value(_next(), "int64"), ((), torch.int64))
+def _take_seed():
+    s = rng.seed
+    rng.seed = _advance(s)
+    return s
 
 
-def _meta_shape(seed, offset, *, shape, dtype, **kw):
+def _key(seed):
+    seed = seed.astype(jnp.uint64)
+    k = jax.random.PRNGKey(0)
+    k = jax.random.fold_in(k, (seed & 0xFFFFFFFF).astype(jnp.uint32))
+    return jax.random.fold_in(k, (seed >> 32).astype(jnp.uint32))
+
+
+def _seed_operand():
+    # a forced scalar leaf: never a constant, whatever the value
+    return ValueArg(ir.scalar_value(_take_seed(), "int64"), ((), torch.int64))
+
+
+def _meta_shape(seed, *, shape, dtype, **kw):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
 def _draw(kind):
-    def lowering(seed, offset, *, shape, dtype, a=0.0, b=1.0):
-        key = _key(seed, offset)
+    def lowering(seed, *, shape, dtype, a=0.0, b=1.0):
+        key = _key(seed)
         jd = to_jax(dtype)
         if kind == "normal":
             cd = jd if jnp.issubdtype(jd, jnp.floating) else jnp.float32
@@ -84,8 +121,8 @@ def _check_generator(name, kwargs, args=()):
 
 
 def _sample(info, shape, dtype, **kw):
-    s, o = _seed_operands()
-    node, e = trace_node(info, (s, o), dict(shape=tuple(shape), dtype=dtype, **kw))
+    s = _seed_operand()
+    node, e = trace_node(info, (s,), dict(shape=tuple(shape), dtype=dtype, **kw))
     return (node, 0)
 
 
@@ -142,13 +179,13 @@ def _random_(args, kwargs):
     return _fill_inplace(t, _sample(_RANDINT, t.shape, t.dtype, a=int(lo), b=int(hi)))
 
 
-def _bernoulli_lowering(seed, offset, p, *, shape, dtype):
-    key = _key(seed, offset)
+def _bernoulli_lowering(seed, p, *, shape, dtype):
+    key = _key(seed)
     u = jax.random.uniform(key, shape, jnp.float32)
     return (u < p.astype(jnp.float32)).astype(to_jax(dtype))
 
 
-def _bern_meta(seed, offset, p, *, shape, dtype):
+def _bern_meta(seed, p, *, shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
@@ -156,10 +193,10 @@ _BERN = OpInfo("rng_bernoulli", None, _bernoulli_lowering, meta=_bern_meta)
 
 
 def _bernoulli_value(shape, dtype, p):
-    s, o = _seed_operands()
+    s = _seed_operand()
     if not isinstance(p, torch.Tensor):
         p = ValueArg(ir.scalar_value(float(p), "float64"), ((), torch.float64))
-    node, e = trace_node(_BERN, (s, o, p), dict(shape=tuple(shape), dtype=dtype))
+    node, e = trace_node(_BERN, (s, p), dict(shape=tuple(shape), dtype=dtype))
     return (node, 0)
 
 
@@ -180,14 +217,14 @@ def _bernoulli(args, kwargs):
     return new_base(_bernoulli_value(x.shape, x.dtype, p), x._aval)
 
 
-def _dropout_lowering(seed, offset, x, p, *, train):
-    key = _key(seed, offset)
+def _dropout_lowering(seed, x, p, *, train):
+    key = _key(seed)
     keep = jax.random.uniform(key, x.shape, jnp.float32) >= p.astype(jnp.float32)
     scale = (1.0 / (1.0 - p.astype(jnp.float32))).astype(x.dtype)
     return jnp.where(keep, x * scale, jnp.zeros((), x.dtype)), keep
 
 
-def _dropout_meta(seed, offset, x, p, *, train):
+def _dropout_meta(seed, x, p, *, train):
     return torch.empty_like(x), torch.empty(x.shape, dtype=torch.bool, device="meta")
 
 
@@ -207,9 +244,9 @@ def _native_dropout(args, kwargs):
         from ..dispatch import _call
         return _call(torch.ops.aten.zeros_like.default, (x,), {}), new_base(
             _const_mask(x, False), (x._aval[0], torch.bool))
-    s, o = _seed_operands()
+    s = _seed_operand()
     pv = ValueArg(ir.scalar_value(float(p), "float64"), ((), torch.float64))
-    node, e = trace_node(_DROPOUT, (s, o, x, pv), {"train": True})
+    node, e = trace_node(_DROPOUT, (s, x, pv), {"train": True})
     return wrap(node, e)
 
 
@@ -254,3 +291,109 @@ def _randint_like(args, kwargs):
 
 
 del ctx
+
+
+def _multinomial_lowering(seed, p, *, n, replacement):
+    key = _key(seed)
+    pf = p.astype(jnp.float32) if p.dtype != jnp.float64 else p
+    logits = jnp.where(pf > 0, jnp.log(jnp.where(pf > 0, pf, 1)), -jnp.inf)
+    if replacement:
+        out = jax.random.categorical(key, logits, axis=-1, shape=(n,) + logits.shape[:-1])
+        out = jnp.moveaxis(out, 0, -1)
+    else:
+        # Gumbel top-k: n distinct categories drawn in proportion to p
+        g = jax.random.gumbel(key, logits.shape, logits.dtype)
+        out = jax.lax.top_k(logits + g, n)[1]
+    return out.astype(jnp.int64)
+
+
+def _multinomial_meta(seed, p, *, n, replacement):
+    return torch.empty(tuple(p.shape[:-1]) + (n,), dtype=torch.int64, device="meta")
+
+
+_MULTINOMIAL = OpInfo("multinomial", None, _multinomial_lowering, meta=_multinomial_meta)
+
+
+@handler("multinomial.default")
+def _multinomial(args, kwargs):
+    _check_generator("multinomial", kwargs, args)
+    p = args[0]
+    n = args[1] if len(args) > 1 else kwargs["num_samples"]
+    replacement = args[2] if len(args) > 2 else kwargs.get("replacement", False)
+    if p.dim() not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not replacement and n > p.shape[-1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    s = _seed_operand()
+    node, e = trace_node(_MULTINOMIAL, (s, p), {"n": int(n), "replacement": bool(replacement)})
+    return wrap(node, e)
+
+
+def _dist_lowering(kind):
+    def lowering(seed, *, shape, dtype, a=0.0, b=1.0):
+        key = _key(seed)
+        jd = to_jax(dtype)
+        cd = jd if jnp.issubdtype(jd, jnp.floating) and jnp.finfo(jd).bits >= 32 else jnp.float32
+        if kind == "cauchy":       # median a, scale b
+            return (a + b * jax.random.cauchy(key, shape, cd)).astype(jd)
+        if kind == "log_normal":   # exp(N(a, b))
+            return jnp.exp(a + b * jax.random.normal(key, shape, cd)).astype(jd)
+        if kind == "geometric":    # trials to first success, p = a
+            u = jax.random.uniform(key, shape, cd, minval=jnp.finfo(cd).tiny, maxval=1.0)
+            return jnp.ceil(jnp.log(u) / jnp.log1p(-a)).astype(jd)
+        raise NotImplementedError(kind)
+    return OpInfo(f"rng_{kind}", None, lowering, meta=_meta_shape)
+
+
+_CAUCHY, _LOGNORMAL, _GEOMETRIC = (_dist_lowering(k) for k in ("cauchy", "log_normal", "geometric"))
+
+
+def _arg(args, kwargs, i, name, default):
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+@handler("cauchy_.default")
+def _cauchy_(args, kwargs):
+    _check_generator("cauchy_", kwargs, args)
+    t = args[0]
+    return _fill_inplace(t, _sample(_CAUCHY, t.shape, t.dtype, a=float(_arg(args, kwargs, 1, "median", 0.0)),
+                                    b=float(_arg(args, kwargs, 2, "sigma", 1.0))))
+
+
+@handler("log_normal_.default")
+def _log_normal_(args, kwargs):
+    _check_generator("log_normal_", kwargs, args)
+    t = args[0]
+    return _fill_inplace(t, _sample(_LOGNORMAL, t.shape, t.dtype, a=float(_arg(args, kwargs, 1, "mean", 1.0)),
+                                    b=float(_arg(args, kwargs, 2, "std", 2.0))))
+
+
+@handler("geometric_.default")
+def _geometric_(args, kwargs):
+    _check_generator("geometric_", kwargs, args)
+    t = args[0]
+    p = float(_arg(args, kwargs, 1, "p", None))
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    return _fill_inplace(t, _sample(_GEOMETRIC, t.shape, t.dtype, a=p))
+
+
+def _poisson_lowering(seed, rate):
+    key = _key(seed)
+    r = rate.astype(jnp.float32) if rate.dtype != jnp.float64 else rate
+    return jax.random.poisson(key, r, rate.shape).astype(rate.dtype)
+
+
+def _poisson_meta(seed, rate):
+    return torch.empty_like(rate)
+
+
+_POISSON = OpInfo("poisson", None, _poisson_lowering, meta=_poisson_meta)
+
+
+@handler("poisson.default")
+def _poisson(args, kwargs):
+    _check_generator("poisson", kwargs, args)
+    s = _seed_operand()
+    node, e = trace_node(_POISSON, (s, args[0]), {})
+    return wrap(node, e)
