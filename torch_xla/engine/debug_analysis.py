@@ -765,6 +765,11 @@ def at_import():  # noqa: D401
     refresh()
     if os.environ.get("XLA_SAVE_HLO_FILE"):
         _wrap_run_for_hlo_file()
+    if _env_flag("XLA_HLO_DEBUG"):
+        # executed graphs carry 'aten::op(file:line)' scopes in their HLO op_name metadata
+        # (seen in --xla_dump_to dumps and profiles)
+        from . import executor, graph_dump
+        executor._build_fn = graph_dump.build_fn_scoped
     from . import persistent_cache
     persistent_cache.from_env()
     if _env_flag("XLA_USE_EAGER_DEBUG_MODE"):
