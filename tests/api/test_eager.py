@@ -91,3 +91,18 @@ def test_full_graph_raises_on_item(dev):
 
     assert abs(good(a).item() - (a.cpu() * 2).sum().item()) < 1e-4
     assert torch_xla._XLAC._get_allow_execution()
+
+
+def test_eager_debug_mode_env():
+    import os
+    import subprocess
+    import sys
+    code = ("import torch, torch_xla, torch_xla.debug.metrics as met\n"
+            "a = torch.randn(2, 2).to(torch_xla.device())\n"
+            "b = a * 2\n"
+            "assert b._v[0].kind == 0, 'not executed'\n"
+            "print('eager', torch_xla._XLAC._get_use_eager_mode(), 'EagerOpExecuteTime' in met.metric_names())\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, XLA_USE_EAGER_DEBUG_MODE="1", JAX_PLATFORMS="cpu"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "eager True True" in p.stdout

@@ -407,9 +407,10 @@ _exec_pending = {}
 def flush_op_counters():
     if not _exec_pending:
         return
-    from . import metrics
-    pending = list(_exec_pending.items())
-    _exec_pending.clear()
+    from . import executor, metrics
+    with executor._lock:  # executions add to _exec_pending under this lock
+        pending = list(_exec_pending.items())
+        _exec_pending.clear()
     total = collections.Counter()
     for exe, n in pending:
         for name, c in _op_counts.get(exe, ()):
