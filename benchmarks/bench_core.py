@@ -72,38 +72,33 @@ def bench_tracing(n_ops=3000, reps=10):
     return statistics.median(trace) * 1e6, statistics.median(total) * 1e6
 
 
-def bench_torch_xla_step(kind, batch, steps):
+def _torch_step(kind, batch, on_xla):
+    """One SGD-momentum training step of the PyTorch model, eager CPU or XLA."""
     import torch
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-    dev = torch_xla.device()
     model, data, target, loss_fn = (torch_mlp if kind == "mlp" else torch_mnist)(batch)
-    model = model.to(dev)
-    data, target = data.to(dev), target.to(dev)
+    barrier = lambda: None  # noqa: E731
+    if on_xla:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        dev = torch_xla.device()
+        model, data, target, barrier = model.to(dev), data.to(dev), target.to(dev), xm.mark_step
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         opt.zero_grad()
-        loss = loss_fn(model(data), target)
-        loss.backward()
+        loss_fn(model(data), target).backward()
         opt.step()
-        xm.mark_step()
+        barrier()
+    return step
 
-    return timeit(step, steps, sync=xm.wait_device_ops)
+
+def bench_torch_xla_step(kind, batch, steps):
+    import torch_xla.core.xla_model as xm
+    return timeit(_torch_step(kind, batch, True), steps, sync=xm.wait_device_ops)
 
 
 def bench_eager_step(kind, batch, steps):
-    import torch
-    model, data, target, loss_fn = (torch_mlp if kind == "mlp" else torch_mnist)(batch)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(model(data), target)
-        loss.backward()
-        opt.step()
-
-    return timeit(step, steps)
+    return timeit(_torch_step(kind, batch, False), steps)
 
 
 def bench_jax_step(kind, batch, steps):
@@ -127,20 +122,11 @@ def rss_mb():
 
 def bench_rss(steps=1000, batch=256):
     """RSS over `steps` cached MLP steps: flat means no tensor/graph/executable leak."""
-    import torch
-    import torch_xla
     import torch_xla.core.xla_model as xm
-    dev = torch_xla.device()
-    model, data, target, loss_fn = torch_mlp(batch)
-    model = model.to(dev)
-    data, target = data.to(dev), target.to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step = _torch_step("mlp", batch, True)
     samples = []
     for i in range(steps):
-        opt.zero_grad()
-        loss_fn(model(data), target).backward()
-        opt.step()
-        xm.mark_step()
+        step()
         if i % 50 == 0:
             xm.wait_device_ops()
             gc.collect()
