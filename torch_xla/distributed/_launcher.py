@@ -87,6 +87,7 @@ def _replica_main(fn, args, env, conn, parent_pid):
     if os.getppid() != parent_pid:
         os._exit(1)  # the parent died before we could arm the signal
     rank = int(env["RANK"])
+    distributed_init.report_hook = lambda text: _report(conn, rank, text)
     code = 0
     try:
         distributed_init.maybe_initialize()

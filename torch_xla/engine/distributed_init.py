@@ -20,6 +20,7 @@ import threading
 
 _lock = threading.Lock()
 _state = {"done": False, "active": False}
+report_hook = None  # set by the launcher: sends a fatal report to the parent
 MESH_AXIS = "xla_replicas"
 
 

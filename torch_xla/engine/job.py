@@ -169,10 +169,13 @@ class _Watch:
     def entered(self, desc):
         self.count += 1
         self.desc = desc
+        with self.lock:  # dispatch itself may block (CPU collectives run in it)
+            self.pending = (self.count, desc, None, time.monotonic())
 
     def launched(self, arrays):
         with self.lock:
-            self.pending = (self.count, self.desc, arrays, time.monotonic())
+            p = self.pending
+            self.pending = (self.count, self.desc, arrays, p[3] if p is not None else time.monotonic())
 
     def start(self):
         if self.thread is None:
@@ -197,7 +200,7 @@ class _Watch:
             if p is None:
                 continue
             count, desc, arrays, t0 = p
-            if all(_ready(a) for a in arrays):
+            if arrays is not None and all(_ready(a) for a in arrays):
                 with self.lock:
                     if self.pending is p:
                         self.pending = None
@@ -222,11 +225,16 @@ class _Watch:
         except Exception as e:  # noqa: BLE001
             late = [("?", f"(could not read the others' progress: {e})")]
         who = ", ".join(f"{r} (at collective step {c})" for r, c in late) or "none known"
-        sys.stderr.write(
-            f"torch_xla: replica {me}: collective step {count} [{desc}] has waited {waited:.0f} s "
-            f"(XLA_COLLECTIVE_TIMEOUT={collective_timeout():g}) for ordinals that never reached it: {who}. "
-            f"Every replica must run the same graphs.\n")
+        text = (f"torch_xla: replica {me}: collective step {count} [{desc}] has waited {waited:.0f} s "
+                f"(XLA_COLLECTIVE_TIMEOUT={collective_timeout():g}) for ordinals that never reached it: {who}. "
+                f"Every replica must run the same graphs.\n")
+        sys.stderr.write(text)
         sys.stderr.flush()
+        if distributed_init.report_hook is not None:
+            try:
+                distributed_init.report_hook(text)
+            except Exception:  # noqa: BLE001
+                pass
         os._exit(3)
 
 
