@@ -101,12 +101,29 @@ def _fmod(a, b):
     return jnp.fmod(_as(a, dt), _as(b, dt))
 
 
+def _int_pow(a, b):
+    """Integer power as PyTorch computes it: negative exponents give 0 unless
+    the base is 1 or -1."""
+    b = jnp.asarray(b, a.dtype) if isinstance(b, (int, bool)) else b
+    pos = jnp.power(a, jnp.maximum(b, 0))
+    if a.dtype == jnp.bool_ or jnp.issubdtype(a.dtype, jnp.unsignedinteger):
+        return pos
+    one = jnp.ones((), a.dtype)
+    neg = jnp.where(a == 1, one, jnp.where(a == -1, jnp.where(b % 2 == 0, one, -one), jnp.zeros((), a.dtype)))
+    return jnp.where(b < 0, neg, pos)
+
+
 @lower("pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar")
 def _pow(a, b):
     dt = _od()
-    if isinstance(b, int) and not isinstance(b, bool):
-        return lax.integer_pow(_as(a, dt), b) if b >= 0 or _is_float(dt) else jnp.power(_as(a, dt), b)
-    return jnp.power(_as(a, dt), _as(b, dt))
+    if isinstance(b, int) and not isinstance(b, bool) and (b >= 0 or _is_float(dt)):
+        return lax.integer_pow(_as(a, dt), b)
+    a, b = _as(a, dt), _as(b, dt)
+    if dt == jnp.bool_:
+        return a | ~b
+    if not _is_float(dt) and not jnp.issubdtype(dt, jnp.complexfloating):
+        return _int_pow(a, b)
+    return jnp.power(a, b)
 
 
 @lower("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar")
@@ -261,8 +278,8 @@ _UNARY = {
     "arctanh": jnp.arctanh, "sigmoid": jax.nn.sigmoid, "erf": jax.scipy.special.erf,
     "erfc": jax.scipy.special.erfc, "erfinv": jax.scipy.special.erfinv, "reciprocal": jnp.reciprocal,
     "floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc, "fix": jnp.trunc, "frac": lambda x: x - jnp.trunc(x),
-    "sign": jnp.sign, "square": jnp.square, "lgamma": jax.scipy.special.gammaln,
-    "digamma": jax.scipy.special.digamma, "i0": jax.scipy.special.i0, "sinc": jnp.sinc,
+    "square": jnp.square, "lgamma": jax.scipy.special.gammaln,
+    "i0": jax.scipy.special.i0, "sinc": jnp.sinc,
     "deg2rad": jnp.deg2rad, "rad2deg": jnp.rad2deg, "positive": lambda x: x,
     "silu": jax.nn.silu, "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
     "hardswish": jax.nn.hard_swish, "hardsigmoid": jax.nn.hard_sigmoid, "relu6": jax.nn.relu6,
@@ -280,8 +297,24 @@ def _relu(x):
     return jnp.maximum(x, jnp.zeros((), x.dtype))
 
 
+@lower("sign")
+def _sign(x):
+    return x if x.dtype == jnp.bool_ else jnp.sign(x)
+
+
+@lower("digamma")
+def _digamma(x):
+    dt = _od()
+    x = _as(x, dt)
+    # PyTorch: -inf at 0 (JAX gives NaN there), NaN at negative integers
+    inf = jnp.asarray(jnp.inf, dt)
+    return jnp.where(x == 0, jnp.where(jnp.signbit(x), inf, -inf), jax.scipy.special.digamma(x))
+
+
 @lower("sgn")
 def _sgn(x):
+    if x.dtype == jnp.bool_:
+        return x
     if jnp.iscomplexobj(x):
         a = jnp.abs(x)
         return jnp.where(a == 0, 0, x / jnp.where(a == 0, 1, a))
@@ -461,3 +494,13 @@ def _imag(x):
 @lower("conj")
 def _conj(x):
     return jnp.conj(x)
+
+
+@lower("_conj", "_conj_copy", "_conj_physical")
+def _conj_view(x):
+    return jnp.conj(x)
+
+
+@lower("_neg_view", "_neg_view_copy")
+def _neg_view(x):
+    return jnp.negative(x)

@@ -80,3 +80,49 @@ def _logspace(start, end, steps, base=10.0, **kwargs):
 def _eye(n, m=None, **kwargs):
     r, c = _os()
     return jnp.eye(r, c, dtype=_od())
+
+
+@lower("tril_indices", "triu_indices")
+def _tri_indices(row, col, offset=0, **kwargs):
+    import numpy as np
+    upper = ctx.entry.name.startswith("triu")
+    r, c = (np.triu_indices if upper else np.tril_indices)(row, offset, col)
+    return jnp.asarray(np.stack([r, c]), _od())
+
+
+@lower("_efficientzerotensor")
+def _efficient_zeros(size, **kwargs):
+    return jnp.zeros(_os(), _od())
+
+
+# Factories whose only kernel is the CPU one: PrivateUse1 kernels of their own
+# (device.py registers the common ones). Every number stays static.
+_EXTRA_FACTORIES = ("tril_indices", "triu_indices", "_efficientzerotensor")
+_lib = None
+
+
+def _register_extra_factories():
+    global _lib
+    import torch
+    from ..tracing import OpInfo, trace_node, wrap
+    from .registry import _resolve, find
+    _lib = torch.library.Library("aten", "IMPL", "PrivateUse1")
+    for name in _EXTRA_FACTORIES:
+        func = _resolve(name + ".default")
+        if func is None:
+            continue
+        info = OpInfo(name, func, find(func))
+        info.scalar_pos = frozenset()
+        info.scalar_kw = frozenset()
+
+        def impl(*args, _info=info, **kwargs):
+            kwargs.pop("pin_memory", None)
+            node, e = trace_node(_info, args, kwargs)
+            return wrap(node, e)
+        try:
+            _lib.impl(name, impl)
+        except RuntimeError:  # already registered by this process
+            pass
+
+
+_register_extra_factories()

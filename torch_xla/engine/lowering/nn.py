@@ -446,6 +446,24 @@ def _native_group_norm(x, w, b, N, C, HxW, group, eps):
     return y.astype(x.dtype), mean.reshape(N, group).astype(_od(1)), rstd.reshape(N, group).astype(_od(2))
 
 
+@lower("native_group_norm_backward")
+def _native_group_norm_backward(grad, x, mean, rstd, w, N, C, HxW, group, output_mask):
+    cd = jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else x.dtype
+    g = grad.astype(cd).reshape(N, C, -1)
+    xc = x.astype(cd).reshape(N, group, -1)
+    m = mean.astype(cd).reshape(N, group, 1)
+    r = rstd.astype(cd).reshape(N, group, 1)
+    xhat = ((xc - m) * r).reshape(N, C, -1)
+    gxhat = g * w.astype(cd).reshape(1, C, 1) if w is not None else g
+    gxg = gxhat.reshape(N, group, -1)
+    xhg = xhat.reshape(N, group, -1)
+    gx = r * (gxg - jnp.mean(gxg, axis=2, keepdims=True) - xhg * jnp.mean(gxg * xhg, axis=2, keepdims=True))
+    out_gx = gx.reshape(x.shape).astype(x.dtype) if output_mask[0] else None
+    gw = jnp.sum(g * xhat, axis=(0, 2)).astype(_od(1)) if output_mask[1] and w is not None else None
+    gb = jnp.sum(g, axis=(0, 2)).astype(_od(2)) if output_mask[2] else None
+    return out_gx, gw, gb
+
+
 # -- losses ------------------------------------------------------------------
 
 def _reduce(loss, reduction):

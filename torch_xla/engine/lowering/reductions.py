@@ -150,10 +150,10 @@ def _logsumexp(x, dim, keepdim=False):
     return jax.nn.logsumexp(x.astype(dt), axis=_dims(x, dim), keepdims=keepdim)
 
 
-@lower("linalg_vector_norm")
+@lower("linalg_vector_norm", static=("ord",))
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     dt = _od()
-    x = jnp.abs(x.astype(dt))
+    x = jnp.abs(x).astype(dt) if jnp.iscomplexobj(x) else jnp.abs(x.astype(dt))
     ax = _dims(x, dim)
     if ord == float("inf"):
         return jnp.max(x, axis=ax, keepdims=keepdim)
@@ -213,6 +213,9 @@ def _cumprod(x, dim, *, dtype=None):
 def _cum_ext(fn, x, dim):
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
+    if x.dtype == jnp.bool_:
+        v, i = _cum_ext(fn, x.astype(jnp.int8), dim)
+        return v.astype(jnp.bool_), i
     d = dim % x.ndim
     vals = fn(x, axis=d)
     n = x.shape[d]

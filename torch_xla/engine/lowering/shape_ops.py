@@ -196,7 +196,18 @@ def _pad_mode(mode):
     def rule(x, padding):
         n = len(padding) // 2
         cfg = [(0, 0)] * (x.ndim - n) + [(padding[2 * i], padding[2 * i + 1]) for i in reversed(range(n))]
-        return jnp.pad(x, cfg, mode=mode)
+        if mode == "edge":
+            # out[i] = x[clamp(i - lo, 0, n - 1)] (negative pads included)
+            for d, (lo, hi) in enumerate(cfg):
+                if lo or hi:
+                    n_in = x.shape[d]
+                    idx = np.clip(np.arange(n_in + lo + hi) - lo, 0, n_in - 1)
+                    x = jnp.take(x, jnp.asarray(idx), axis=d)
+            return x
+        # negative padding crops first
+        crop = tuple(slice(max(-lo, 0), x.shape[d] - max(-hi, 0)) for d, (lo, hi) in enumerate(cfg))
+        x = x[crop]
+        return jnp.pad(x, [(max(lo, 0), max(hi, 0)) for lo, hi in cfg], mode=mode)
     return rule
 
 
@@ -243,6 +254,8 @@ def _index_put(x, indices, values, accumulate=False, unsafe=False):
             idx.append(i)
     ref = x.at[tuple(idx)]
     v = values.astype(x.dtype)
+    if accumulate and x.dtype == jnp.bool_:
+        return x.astype(jnp.int32).at[tuple(idx)].add(v.astype(jnp.int32)) != 0
     return ref.add(v) if accumulate else ref.set(v)
 
 
@@ -263,7 +276,7 @@ def _mask_put(x, mask, v, accumulate):
 @lower("index_select")
 def _index_select(x, dim, index):
     if x.ndim == 0:
-        return x.reshape(index.shape)
+        return jnp.broadcast_to(x, _os())
     return jnp.take(x, index, axis=dim % x.ndim)
 
 
@@ -297,7 +310,20 @@ def _scatter(x, dim, index, src, reduce=None):
     raise NotImplementedError(f"scatter reduce={reduce}")
 
 
+def _bool_via_int(rule):
+    """Run an accumulating rule on 0/1 integers for bool tensors (sum -> or, prod -> and)."""
+    def wrapped(x, *args, **kwargs):
+        if x.dtype != jnp.bool_:
+            return rule(x, *args, **kwargs)
+        args = [a.astype(jnp.int32) if hasattr(a, "dtype") and a.dtype == jnp.bool_ else a for a in args]
+        kwargs = {k: (v.astype(jnp.int32) if hasattr(v, "dtype") and v.dtype == jnp.bool_ else v)
+                  for k, v in kwargs.items()}
+        return rule(x.astype(jnp.int32), *args, **kwargs) != 0
+    return wrapped
+
+
 @lower("scatter_add")
+@_bool_via_int
 def _scatter_add(x, dim, index, src):
     if x.ndim == 0:
         return x + src.reshape(())
@@ -306,6 +332,7 @@ def _scatter_add(x, dim, index, src):
 
 
 @lower("scatter_reduce.two")
+@_bool_via_int
 def _scatter_reduce(x, dim, index, src, reduce, include_self=True):
     if x.ndim == 0:
         x = x.reshape(1)
@@ -345,6 +372,7 @@ def _highest(dt):
 
 
 @lower("index_add")
+@_bool_via_int
 def _index_add(x, dim, index, source, alpha=1):
     d = dim % max(x.ndim, 1)
     src = source.astype(x.dtype)
