@@ -124,3 +124,23 @@ def test_data_dependent_on_views_and_pending(dev):
     _cmp(c.t()[1:][c.t()[1:] > 0], v[v > 0])
     _cmp(c.t()[1:].nonzero(), v.nonzero())
     assert v.sum().item() == c.t()[1:].sum().item()
+
+
+def test_cpu_index_tensors(dev):
+    t = X.clone().to(dev)
+    _cmp(X[torch.tensor([0, 2])], t[torch.tensor([0, 2])])
+    c = X.clone()
+    c[torch.tensor([1]), 2] = 5.0
+    t[torch.tensor([1]), 2] = 5.0
+    _cmp(c, t)
+
+
+def test_ambiguous_reads_fail_like_cpu_without_reading(dev):
+    t = X.to(dev)
+    xm.mark_step()
+    met.clear_all()
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(t)
+    with pytest.raises(RuntimeError, match="cannot be converted to Scalar"):
+        t.item()
+    assert met.counter_value("aten::_local_scalar_dense") is None

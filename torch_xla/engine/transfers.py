@@ -99,14 +99,21 @@ def _to_copy(args, kwargs):
 
 @handler("_local_scalar_dense.default")
 def _item(args, kwargs):
+    t = args[0]
+    if t.numel() != 1:
+        raise RuntimeError(f"a Tensor with {t.numel()} elements cannot be converted to Scalar")
     metrics.counter("aten::_local_scalar_dense")
-    return to_cpu(args[0]).item()
+    return to_cpu(t).item()
 
 
 @handler("is_nonzero.default")
 def _is_nonzero(args, kwargs):
+    t = args[0]
+    if t.numel() != 1:
+        # PyTorch's own message, without reading the tensor
+        torch.is_nonzero(torch.empty(t.shape, dtype=t.dtype))
     metrics.counter("aten::_local_scalar_dense")
-    return bool(to_cpu(args[0]).item())
+    return bool(to_cpu(t).item())
 
 
 @handler("equal.default")

@@ -49,6 +49,11 @@ def _lazy(func, args, kwargs=None):
     return wrap(node, e)
 
 
+def _cpu_index(i):
+    """A CPU index tensor of an XLA tensor (PyTorch accepts them): uploaded."""
+    return isinstance(i, torch.Tensor) and not _xla(i) and i.dim() != 0
+
+
 def _is_mask(i):
     return isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
 
@@ -104,7 +109,7 @@ def _nonzero_static(x, *, size, fill_value=-1):
 @handler("index.Tensor")
 def _index(args, kwargs):
     x, indices = args[0], list(args[1])
-    if any(_is_mask(i) for i in indices):
+    if any(_is_mask(i) or _cpu_index(i) for i in indices):
         indices = _expand_masks(indices)
     return _lazy(aten.index.Tensor, (x, indices))
 
@@ -130,6 +135,8 @@ def _index_put_common(args, kwargs):
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     masks = [k for k, i in enumerate(indices) if _is_mask(i)]
     if not masks:
+        if any(_cpu_index(i) for i in indices):
+            indices = _expand_masks(indices)
         return None, x, indices, values, accumulate
     if masks == [0] and all(i is None for i in indices[1:]) and _xla(indices[0]) \
             and indices[0].dtype == torch.bool:
