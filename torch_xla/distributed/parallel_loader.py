@@ -23,9 +23,22 @@ class _Failure:
         self.exc = exc
 
 
+def _upload(cpu, device):
+    """A device tensor holding cpu's values, made without recording any IR: the
+    training loop may sync on its thread while this runs on a worker thread."""
+    if cpu.device.type == "xla" or torch.device(device).type != "xla":
+        return cpu.to(device)
+    from ..engine import tensor as _tensor
+    from ..engine import transfers
+    cpu = cpu.detach()
+    if not cpu.is_contiguous():
+        cpu = cpu.contiguous()
+    return _tensor.new_base((transfers.upload_node(cpu), 0), (tuple(cpu.shape), cpu.dtype))
+
+
 def _to_device(data, device, sharding=None):
     if isinstance(data, torch.Tensor):
-        t = data.to(device)
+        t = _upload(data, device)
         if sharding is not None:
             _apply_sharding(t, sharding)
         return t
