@@ -344,3 +344,13 @@ def test_mnist_mp_example_bit_identical(tmp_path):
     assert res["world_size"] == 4 and res["identical"] == [True, True]
     assert res["accuracy"] > 50.0
     assert "params bit-identical across 4 replicas: True" in log
+
+
+@pytest.mark.slow
+def test_spawn_twice_from_one_parent(tmp_path):
+    out = tmp_path / "twice.txt"
+    rc, log, secs = _run(["spawn_twice_worker.py", str(out)], timeout=240, CPU_NUM_DEVICES=2)
+    assert rc == 0, log[-4000:]
+    assert "parent never started JAX" in log
+    lines = out.read_text().splitlines()
+    assert lines == ["fit 2 ['0:[3.0, 3.0]', '1:[3.0, 3.0]']", "test 2 ['0:[3.0, 3.0]', '1:[3.0, 3.0]']"]
