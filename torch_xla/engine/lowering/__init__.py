@@ -9,12 +9,13 @@
   factories.py    full/arange/eye/... and *_like
   random.py       the device generator and random ops
   resample.py     upsample_* (+ backward), adaptive max pooling
+  fft.py          _fft_r2c / _fft_c2c / _fft_c2r
   collectives.py  all_reduce/all_gather/... over the job's mesh axis
   data_dependent.py  nonzero, x[mask], masked_select, unique: read what decides the shape
 """
 from . import registry  # noqa: F401
 from . import elementwise, reductions, shape_ops, nn, linalg, factories, random  # noqa: F401
 from . import collectives  # noqa: F401
-from . import resample  # noqa: F401
+from . import resample, fft  # noqa: F401
 from . import rnn  # noqa: F401,E402
 from . import data_dependent  # noqa: F401,E402

@@ -3,6 +3,8 @@
 PyTorch decides result dtypes (ctx.entry.out_avals, from its meta kernels);
 arithmetic runs in the output dtype, comparisons in PyTorch's common dtype.
 """
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -504,3 +506,94 @@ def _conj_view(x):
 @lower("_neg_view", "_neg_view_copy")
 def _neg_view(x):
     return jnp.negative(x)
+
+
+# -- special functions -------------------------------------------------------
+
+_sp = jax.scipy.special
+
+
+def _float_unary(fn):
+    def rule(x):
+        dt = _od()
+        return fn(_as(x, dt)).astype(dt)
+    return rule
+
+
+for _n, _fn in (("special_i0e", _sp.i0e), ("special_i1", _sp.i1), ("special_i1e", _sp.i1e),
+                ("special_ndtri", _sp.ndtri), ("special_log_ndtr", _sp.log_ndtr), ("special_ndtr", _sp.ndtr),
+                ("special_erfcx", _sp.erfcx), ("special_entr", _sp.entr),
+                ("special_spherical_bessel_j0",
+                 lambda x: jnp.where(x == 0, jnp.ones((), x.dtype), jnp.sin(x) / jnp.where(x == 0, 1, x)))):
+    lower(_n)(_float_unary(_fn))
+
+
+@lower("polygamma")
+def _polygamma(n, x):
+    dt = _od()
+    x = _as(x, dt)
+    if n == 0:
+        return _digamma(x)
+    n = int(n)
+    # JAX's series is only right for x > 0: shift negative x up with the
+    # recurrence psi_n(x) = psi_n(x + k) - (-1)^n n! sum_{j<k} (x + j)^-(n+1)
+    K = 64
+    k = jnp.clip(jnp.ceil(-x), 0, K)
+    j = jnp.arange(K, dtype=dt).reshape((K,) + (1,) * x.ndim)
+    terms = jnp.where(j < k, (x + j) ** (-(n + 1)), jnp.zeros((), dt))
+    sign_fact = (-1.0) ** n * math.factorial(n)
+    return (_sp.polygamma(n, x + k) - jnp.asarray(sign_fact, dt) * jnp.sum(terms, axis=0)).astype(dt)
+
+
+@lower("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar")
+def _zeta(x, q):
+    dt = _od()
+    return _sp.zeta(_as(x, dt), _as(q, dt))
+
+
+@lower("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar")
+def _xlog1py(x, y):
+    dt = _od()
+    return _sp.xlog1py(_as(x, dt), _as(y, dt))
+
+
+@lower("igamma")
+def _igamma(a, x):
+    dt = _od()
+    return _sp.gammainc(_as(a, dt), _as(x, dt))
+
+
+@lower("igammac")
+def _igammac(a, x):
+    dt = _od()
+    return _sp.gammaincc(_as(a, dt), _as(x, dt))
+
+
+@lower("nextafter")
+def _nextafter(a, b):
+    dt = _od()
+    return jnp.nextafter(_as(a, dt), _as(b, dt))
+
+
+@lower("frexp.Tensor")
+def _frexp(x):
+    m, e = jnp.frexp(x)
+    return m, e.astype(ctx.entry.out_dtype(1))
+
+
+@lower("mvlgamma")
+def _mvlgamma(x, p):
+    dt = _od()
+    return _sp.multigammaln(_as(x, dt), p).astype(dt)
+
+
+@lower("softshrink_backward")
+def _softshrink_backward(grad, x, lambd):
+    lam = _as(lambd, x.dtype)
+    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+
+
+@lower("hardshrink_backward")
+def _hardshrink_backward(grad, x, lambd):
+    lam = _as(lambd, x.dtype)
+    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)

@@ -63,3 +63,124 @@ def _addr(bias, a, b, beta=1, alpha=1):
 def _outer(a, b):
     dt = _od()
     return jnp.outer(a.astype(dt), b.astype(dt))
+
+
+# -- linear algebra (jnp.linalg / jax.scipy.linalg / lax.linalg) ----------------
+
+import jax  # noqa: E402
+from jax import lax as _lax  # noqa: E402
+
+from .registry import handler  # noqa: E402
+
+
+@handler("_linalg_check_errors.default")
+def _linalg_check_errors(args, kwargs):
+    # PyTorch raises here when `info` reports a singular / non-PD matrix. Reading
+    # `info` would sync the device on every call; like upstream XLA, results
+    # carry NaN/Inf instead.
+    return None
+
+
+def _info(i=1):
+    return jnp.zeros(ctx.entry.out_shape(i), ctx.entry.out_dtype(i))
+
+
+def _mT(x):
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _mH(x):
+    return jnp.conj(_mT(x)) if jnp.iscomplexobj(x) else _mT(x)
+
+
+@lower("linalg_inv_ex")
+def _inv_ex(a, check_errors=False):
+    return jnp.linalg.inv(a), _info()
+
+
+@lower("linalg_cholesky_ex")
+def _cholesky_ex(a, upper=False, check_errors=False):
+    l = jnp.linalg.cholesky(a)
+    return (_mH(l) if upper else l), _info()
+
+
+@lower("cholesky")
+def _cholesky(a, upper=False):
+    l = jnp.linalg.cholesky(a)
+    return _mH(l) if upper else l
+
+
+@lower("linalg_solve_triangular")
+def _solve_triangular(a, b, *, upper, left=True, unitriangular=False):
+    dt = _od()
+    return _lax.linalg.triangular_solve(a.astype(dt), b.astype(dt), left_side=left, lower=not upper,
+                                        unit_diagonal=unitriangular)
+
+
+@lower("triangular_solve")
+def _triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
+    x = _lax.linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
+                                     unit_diagonal=unitriangular)
+    return x, a
+
+
+@lower("cholesky_solve")
+def _cholesky_solve(b, l, upper=False):
+    lower_ = not upper
+    y = _lax.linalg.triangular_solve(l, b, left_side=True, lower=lower_, transpose_a=not lower_,
+                                     conjugate_a=not lower_ and jnp.iscomplexobj(l))
+    return _lax.linalg.triangular_solve(l, y, left_side=True, lower=lower_, transpose_a=lower_,
+                                        conjugate_a=lower_ and jnp.iscomplexobj(l))
+
+
+@lower("cholesky_inverse")
+def _cholesky_inverse(l, upper=False):
+    eye = jnp.broadcast_to(jnp.eye(l.shape[-1], dtype=l.dtype), l.shape)
+    return _cholesky_solve(eye, l, upper)
+
+
+@lower("linalg_matrix_exp")
+def _matrix_exp(a):
+    return jax.scipy.linalg.expm(a)
+
+
+@lower("_linalg_det")
+def _linalg_det(a):
+    lu, piv, _ = _lax.linalg.lu(a)
+    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    n = a.shape[-1]
+    swaps = jnp.sum(piv != jnp.arange(n, dtype=piv.dtype), axis=-1)
+    sign = jnp.where(swaps % 2 == 0, 1, -1).astype(d.dtype)
+    return sign * jnp.prod(d, axis=-1), lu, (piv + 1).astype(ctx.entry.out_dtype(2))
+
+
+@lower("_linalg_slogdet")
+def _linalg_slogdet(a):
+    lu, piv, _ = _lax.linalg.lu(a)
+    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    n = a.shape[-1]
+    swaps = jnp.sum(piv != jnp.arange(n, dtype=piv.dtype), axis=-1)
+    perm_sign = jnp.where(swaps % 2 == 0, 1, -1).astype(d.dtype)
+    if jnp.iscomplexobj(a):
+        sign = perm_sign * jnp.prod(d / jnp.abs(d), axis=-1)
+    else:
+        sign = perm_sign * jnp.prod(jnp.sign(d), axis=-1)
+    logabs = jnp.sum(jnp.log(jnp.abs(d)), axis=-1)
+    return sign, logabs.astype(ctx.entry.out_dtype(1)), lu, (piv + 1).astype(ctx.entry.out_dtype(3))
+
+
+@lower("linalg_lu_factor_ex")
+def _lu_factor_ex(a, pivot=True, check_errors=False):
+    lu, piv, _ = _lax.linalg.lu(a)
+    return lu, (piv + 1).astype(ctx.entry.out_dtype(1)), _info(2)
+
+
+@lower("linalg_lu")
+def _linalg_lu(a, pivot=True):
+    lu, _, perm = _lax.linalg.lu(a)
+    m, n = a.shape[-2], a.shape[-1]
+    k = min(m, n)
+    l = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=a.dtype)
+    u = jnp.triu(lu[..., :k, :])
+    p = jax.nn.one_hot(perm, m, dtype=a.dtype)  # P^T rows
+    return _mT(p), l, u

@@ -267,3 +267,92 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
         v, i = lax.top_k(-xm, k)
         v = -v
     return jnp.moveaxis(v, -1, d), jnp.moveaxis(i.astype(jnp.int64), -1, d)
+
+
+# -- order statistics ----------------------------------------------------------
+
+def _nan_last_sort(x, axis):
+    """Sorted values and stable argsort along axis, NaN last (PyTorch's order)."""
+    idx = jnp.argsort(x, axis=axis, stable=True)
+    return jnp.take_along_axis(x, idx, axis=axis), idx.astype(jnp.int64)
+
+
+def _pick(x, dim, keepdim, pos_fn):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = dim % x.ndim
+    vals, idx = _nan_last_sort(x, d)
+    pos = pos_fn(x, d)  # int array broadcastable, shape with axis d of size 1
+    v = jnp.take_along_axis(vals, pos, axis=d)
+    i = jnp.take_along_axis(idx, pos, axis=d)
+    if not keepdim:
+        v, i = jnp.squeeze(v, d), jnp.squeeze(i, d)
+    return v, i
+
+
+def _median_pos(x, d, ignore_nan):
+    n = x.shape[d]
+    shape = list(x.shape)
+    shape[d] = 1
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        nans = jnp.sum(jnp.isnan(x), axis=d, keepdims=True)
+        if ignore_nan:
+            cnt = n - nans
+            return jnp.maximum((cnt - 1) // 2, 0).astype(jnp.int64)
+        # any NaN: the median is NaN, the first NaN in sorted order (index n - nans)
+        return jnp.where(nans > 0, n - nans, (n - 1) // 2).astype(jnp.int64)
+    return jnp.full(shape, (n - 1) // 2, jnp.int64)
+
+
+@lower("median.dim")
+def _median_dim(x, dim, keepdim=False):
+    return _pick(x, dim, keepdim, lambda x, d: _median_pos(x, d, False))
+
+
+@lower("nanmedian.dim")
+def _nanmedian_dim(x, dim, keepdim=False):
+    return _pick(x, dim, keepdim, lambda x, d: _median_pos(x, d, True))
+
+
+@lower("median")
+def _median(x):
+    return _median_dim(x.reshape(-1), 0)[0]
+
+
+@lower("nanmedian")
+def _nanmedian(x):
+    return _nanmedian_dim(x.reshape(-1), 0)[0]
+
+
+@lower("kthvalue")
+def _kthvalue(x, k, dim=-1, keepdim=False):
+    def pos(x, d):
+        shape = list(x.shape)
+        shape[d] = 1
+        return jnp.full(shape, k - 1, jnp.int64)
+    return _pick(x, dim, keepdim, pos)
+
+
+@lower("searchsorted.Tensor", "searchsorted.Scalar")
+def _searchsorted(seq, x, *, out_int32=False, right=False, side=None, sorter=None):
+    side = side or ("right" if right else "left")
+    odt = ctx.entry.out_dtype(0)
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    if not hasattr(x, "ndim"):
+        x = jnp.asarray(x, seq.dtype)
+    if seq.ndim == 1:
+        return jnp.searchsorted(seq, x, side=side).astype(odt)
+    lead = seq.shape[:-1]
+    s2 = seq.reshape((-1, seq.shape[-1]))
+    x2 = x.reshape((s2.shape[0], -1))
+    out = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(s2, x2)
+    return out.reshape(lead + x.shape[len(lead):]).astype(odt)
+
+
+@lower("bucketize.Tensor", "bucketize.Scalar")
+def _bucketize(x, boundaries, *, out_int32=False, right=False):
+    if not hasattr(x, "ndim"):
+        x = jnp.asarray(x, boundaries.dtype)
+    # right=False: first i with boundaries[i] >= x, as searchsorted side='left'
+    return jnp.searchsorted(boundaries, x, side="right" if right else "left").astype(ctx.entry.out_dtype(0))

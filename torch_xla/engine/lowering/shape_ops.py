@@ -443,3 +443,56 @@ def _take_along_dim(x, indices, dim=None):
         return jnp.take(x.reshape(-1), indices.reshape(-1))
     x, indices = jnp.broadcast_arrays(x, indices) if False else (x, indices)
     return jnp.take_along_axis(x, indices, axis=dim % x.ndim)
+
+
+def _pad_mode_backward(mode):
+    fwd = _pad_mode(mode)
+
+    def rule(grad, x, padding):
+        import jax
+        _, vjp = jax.vjp(lambda y: fwd(y, padding), x)
+        return vjp(grad.astype(x.dtype))[0]
+    return rule
+
+
+for _n, _m in (("reflection_pad1d", "reflect"), ("reflection_pad2d", "reflect"), ("reflection_pad3d", "reflect"),
+               ("replication_pad1d", "edge"), ("replication_pad2d", "edge"), ("replication_pad3d", "edge")):
+    lower(_n + "_backward")(_pad_mode_backward(_m))
+
+
+@lower("put")
+def _put(x, index, source, accumulate=False):
+    flat = x.reshape(-1)
+    idx = index.reshape(-1)
+    idx = jnp.where(idx < 0, idx + flat.shape[0], idx)
+    src = source.reshape(-1).astype(x.dtype)
+    if accumulate:
+        if x.dtype == jnp.bool_:
+            return (flat.astype(jnp.int32).at[idx].add(src.astype(jnp.int32)) != 0).reshape(x.shape)
+        return flat.at[idx].add(src).reshape(x.shape)
+    return flat.at[idx].set(src).reshape(x.shape)
+
+
+@lower("as_strided_scatter")
+def _as_strided_scatter(x, src, size, stride, storage_offset=None):
+    off = storage_offset or 0
+    idx = np.full(tuple(size), off, dtype=np.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    flat = x.reshape(-1)
+    return flat.at[jnp.asarray(idx.reshape(-1))].set(src.reshape(-1).astype(x.dtype)).reshape(x.shape)
+
+
+@lower("masked_scatter_backward")
+def _masked_scatter_backward(grad, mask, sizes):
+    n = int(np.prod(sizes))
+    m = jnp.broadcast_to(mask, grad.shape).reshape(-1)
+    g = grad.reshape(-1)
+    rank = jnp.cumsum(m) - 1
+    out = jnp.zeros((n,), grad.dtype)
+    # grad values at masked positions go to the source slot of their rank
+    tgt = jnp.where(m, rank, n)
+    out = jnp.zeros((n + 1,), grad.dtype).at[tgt].add(jnp.where(m, g, 0))[:n]
+    return out.reshape(tuple(sizes))
