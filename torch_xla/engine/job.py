@@ -83,6 +83,8 @@ class JobExecutable:
         self.desc = desc
 
     def __getattr__(self, name):  # as_text(), cost_analysis(), ... of the compiled program
+        if name.startswith("_"):  # not a jax Compiled: never serialized into a persistent cache
+            raise AttributeError(name)
         return getattr(self.compiled, name)
 
     def __call__(self, *inputs):
@@ -191,7 +193,7 @@ class _Watch:
             try:
                 if client is not None and self.count != self.published:
                     c = self.count
-                    client.key_value_set(f"torch_xla/progress/{me}", str(c), allow_overwrite=True)
+                    _kv_overwrite(client, f"torch_xla/progress/{me}", str(c))
                     self.published = c
             except Exception:  # noqa: BLE001 - the service may be shutting down
                 pass
@@ -236,6 +238,17 @@ class _Watch:
             except Exception:  # noqa: BLE001
                 pass
         os._exit(3)
+
+
+def _kv_overwrite(client, key, value):
+    try:
+        client.key_value_set(key, value, allow_overwrite=True)
+    except TypeError:  # older JAX: no allow_overwrite
+        try:
+            client.key_value_delete(key)
+        except Exception:  # noqa: BLE001
+            pass
+        client.key_value_set(key, value)
 
 
 def _ready(a):
