@@ -329,15 +329,16 @@ def outcome(op, key):
 def outcomes(op, keys):
     """outcome() for several keys of one op, traced together and compiled as ONE
     graph (one XLA compile instead of one per key). If that graph fails as a
-    whole, every key is rerun on its own. Fallback notes cover the batch."""
+    whole, every key is rerun on its own."""
     import torch_xla.debug.metrics as met
-    res, pending = {}, {}
-    met.clear_counters()
+    res, pending, passed = {}, {}, {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for key in keys:
+            met.clear_counters()  # fallbacks run while tracing: they belong to this key
             try:
                 pending[key] = _prepare(op, key)
+                passed[key] = _passed()
             except Exception as e:  # noqa: BLE001
                 res[key] = _failure(e)
                 with contextlib.suppress(Exception):
@@ -348,11 +349,10 @@ def outcomes(op, keys):
             for key in pending:
                 res[key] = outcome(op, key)
             return res
-        status = _passed()
         for key, (expected, actual, path) in pending.items():
             try:
                 compare(expected, _to_cpu(actual), path)
-                res[key] = status
+                res[key] = passed[key]
             except Exception as e:  # noqa: BLE001
                 res[key] = _failure(e)
     return res

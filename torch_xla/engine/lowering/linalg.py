@@ -68,6 +68,7 @@ def _outer(a, b):
 # -- linear algebra (jnp.linalg / jax.scipy.linalg / lax.linalg) ----------------
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 from jax import lax as _lax  # noqa: E402
 
 from .registry import handler  # noqa: E402
@@ -184,3 +185,82 @@ def _linalg_lu(a, pivot=True):
     u = jnp.triu(lu[..., :k, :])
     p = jax.nn.one_hot(perm, m, dtype=a.dtype)  # P^T rows
     return _mT(p), l, u
+
+
+def _pnorm_last(diff, p):
+    """p-norm over the last axis with zero gradient at 0 (PyTorch's convention)."""
+    a = jnp.abs(diff)
+    if p == 0:
+        return jnp.sum((a != 0).astype(diff.dtype), axis=-1)
+    if p == float("inf"):
+        return jnp.max(a, axis=-1)
+    if p == 1:
+        return jnp.sum(a, axis=-1)
+    s = jnp.sum(a ** p, axis=-1)
+    zero = s == 0
+    safe = jnp.where(zero, jnp.ones((), s.dtype), s)
+    return jnp.where(zero, jnp.zeros((), s.dtype), safe ** (1.0 / p))
+
+
+def _cdist(x1, x2, p):
+    return _pnorm_last(x1[..., :, None, :] - x2[..., None, :, :], p)
+
+
+@lower("_cdist_forward")
+def _cdist_forward(x1, x2, p, compute_mode=None):
+    return _cdist(x1, x2, p).astype(_od())
+
+
+@lower("_cdist_backward")
+def _cdist_backward(grad, x1, x2, p, cdist):
+    if p in (1.0, float("inf")):
+        diff = x1[..., :, None, :] - x2[..., None, :, :]
+        w = jnp.sign(diff)
+        if p != 1.0:  # every coordinate that attains the max, no splitting
+            w = w * (jnp.abs(diff) == cdist[..., None]).astype(diff.dtype)
+        return jnp.sum(grad[..., None].astype(x1.dtype) * w, axis=-2)
+    _, vjp = jax.vjp(lambda a: _cdist(a, x2, p), x1)
+    return vjp(grad.astype(x1.dtype))[0]
+
+
+def _pdist(x, p):
+    n = x.shape[0]
+    i, j = np.triu_indices(n, 1)
+    return _pnorm_last(x[i] - x[j], p)
+
+
+@lower("_pdist_forward")
+def _pdist_forward(x, p=2.0):
+    return _pdist(x, p).astype(_od())
+
+
+@lower("_pdist_backward")
+def _pdist_backward(grad, x, p, pdist):
+    _, vjp = jax.vjp(lambda a: _pdist(a, p), x)
+    return vjp(grad.astype(x.dtype))[0]
+
+
+@lower("linalg_qr")
+def _linalg_qr(a, mode="reduced"):
+    if mode == "r":
+        r = jnp.linalg.qr(a, mode="r")
+        return jnp.zeros((0,), a.dtype), r
+    q, r = jnp.linalg.qr(a, mode="complete" if mode == "complete" else "reduced")
+    return q, r
+
+
+@lower("_linalg_eigh")
+def _linalg_eigh(a, UPLO="L", compute_v=True):
+    w, v = jnp.linalg.eigh(a, UPLO=UPLO, symmetrize_input=False)
+    if not compute_v:
+        return w, jnp.zeros((0,), a.dtype)
+    return w, v
+
+
+@lower("_linalg_svd")
+def _linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
+    if not compute_uv:
+        s = jnp.linalg.svd(a, compute_uv=False)
+        return jnp.zeros((0,), a.dtype), s, jnp.zeros((0,), a.dtype)
+    u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+    return u, s, vh

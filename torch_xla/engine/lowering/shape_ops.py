@@ -496,3 +496,14 @@ def _masked_scatter_backward(grad, mask, sizes):
     tgt = jnp.where(m, rank, n)
     out = jnp.zeros((n + 1,), grad.dtype).at[tgt].add(jnp.where(m, g, 0))[:n]
     return out.reshape(tuple(sizes))
+
+
+@lower("index_reduce")
+def _index_reduce(x, dim, index, source, reduce, *, include_self=True):
+    if x.ndim == 0:
+        return _scatter_reduce(x, 0, index.reshape(()), source.reshape(()), reduce, include_self)
+    d = dim % x.ndim
+    shape = [1] * source.ndim
+    shape[d] = source.shape[d]
+    full = jnp.broadcast_to(index.reshape(shape), source.shape)
+    return _scatter_reduce(x, d, full, source, reduce, include_self)
