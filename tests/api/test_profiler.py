@@ -55,3 +55,17 @@ def test_server_and_local_trace(tmp_path, dev):
     t.join()
     files = _xplanes(tmp_path)
     assert files and b"work_during_capture" in open(files[0], "rb").read()
+
+
+def test_step_trace_replaces_the_loaders_sync(dev):
+    import torch_xla.distributed.parallel_loader as pl
+    ds = torch.utils.data.TensorDataset(torch.arange(12, dtype=torch.float32).reshape(6, 2))
+    loader = pl.MpDeviceLoader(torch.utils.data.DataLoader(ds, batch_size=2), dev)
+    w = torch.ones(2, device=dev)
+    xp.set_tracer_marked_step(False)
+    for step, (x,) in enumerate(loader):
+        with xp.StepTrace("loader_step", step_num=step):
+            w = w + x.sum(0)
+    # three StepTrace syncs and the loader's two at the end of the data; no per-batch loader syncs
+    assert met.counter_value("MarkStep") == 5
+    assert w.cpu().tolist() == [31.0, 37.0]

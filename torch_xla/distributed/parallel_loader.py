@@ -80,7 +80,11 @@ class PerDeviceLoader:
 
     def next(self):
         from ..core import xla_model as xm
-        if self._mark_step_batch_count <= self._batches_yielded:
+        from ..debug import profiler as xp
+        if xp.get_tracer_marked_step():  # a StepTrace synced this step on exit
+            xp.set_tracer_marked_step(False)
+            self._batches_yielded += 1
+        elif self._mark_step_batch_count <= self._batches_yielded:
             self._batches_yielded = 0
             xm.mark_step()
         else:
