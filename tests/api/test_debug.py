@@ -182,3 +182,30 @@ def test_sanity_reports_failures(capsys):
     assert "[FAIL] a check that breaks: ZeroDivisionError" in out and "a hint" in out
     assert "NOT working" in out
     sanity._failures.clear()
+
+
+def test_save_hlo_file_on_a_failing_compile(tmp_path, dev, monkeypatch):
+    import pytest
+    from torch_xla.engine import debug_analysis, executor
+    f = tmp_path / "bad.hlo"
+    monkeypatch.setenv("XLA_SAVE_HLO_FILE", str(f))
+    monkeypatch.setattr(executor, "run", executor.run)      # put back after the test
+    debug_analysis._wrap_run_for_hlo_file()
+    build = executor._build_fn
+
+    def broken(*args, **kwargs):
+        fn, pools = build(*args, **kwargs)
+
+        def bad(*xs):
+            raise ValueError("lowering exploded")
+        return bad, pools
+
+    monkeypatch.setattr(executor, "_build_fn", broken)
+    a = torch.randn(3, 5).to(dev)
+    b = a.exp()
+    with pytest.raises(ValueError, match="lowering exploded") as ei:
+        b.cpu()
+    assert any("XLA_SAVE_HLO_FILE" in n for n in getattr(ei.value, "__notes__", []))
+    text = f.read_text()
+    assert "graph failed to compile: ValueError: lowering exploded" in text
+    assert "aten::exp" in text          # lowering failed too, so the IR is kept instead
