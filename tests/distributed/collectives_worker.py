@@ -270,5 +270,20 @@ def _mp_fn(index, out_path):
             json.dump([json.loads(e) for e in everything], f, indent=1)
 
 
+def _again(index, out_path):
+    """A second job from the same parent (fit, then test)."""
+    x = torch.ones(2, device=torch_xla.device()) * (index + 1)
+    s = xm.all_reduce(xm.REDUCE_SUM, x)
+    xm.mark_step()
+    got = xm.rendezvous("again", f"{index}:{s.cpu().tolist()}")
+    if index == 0:
+        with open(out_path + ".again", "w") as f:
+            json.dump({"world": xr.world_size(), "got": [g.decode() for g in got]}, f)
+
+
 if __name__ == "__main__":
     torch_xla.launch(_mp_fn, args=(sys.argv[1],))
+    torch_xla.launch(_again, args=(sys.argv[1],))
+    from torch_xla.engine import runtime
+    assert not runtime.is_initialized(), "the parent started a JAX backend"
+    print("parent never started JAX")
