@@ -264,3 +264,100 @@ def _linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
         return jnp.zeros((0,), a.dtype), s, jnp.zeros((0,), a.dtype)
     u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
     return u, s, vh
+
+
+def _lu_solve_perm(lu, perm, b, left=True, adjoint=False):
+    """Solve A X = B (left) or X A = B with A = P L U given as (lu, perm)."""
+    if not left:
+        # X A = B  <=>  A^H X^H = B^H
+        return _mH(_lu_solve_perm(lu, perm, _mH(b), True, not adjoint))
+    if not adjoint:
+        pb = jnp.take_along_axis(b, jnp.broadcast_to(perm[..., :, None], perm.shape + (b.shape[-1],)), axis=-2) \
+            if b.ndim == perm.ndim + 1 else b[perm]
+        y = _lax.linalg.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
+        return _lax.linalg.triangular_solve(lu, y, left_side=True, lower=False)
+    # A^H X = B: U^H L^H P^T X = B
+    conj = jnp.iscomplexobj(lu)
+    y = _lax.linalg.triangular_solve(lu, b, left_side=True, lower=False, transpose_a=True, conjugate_a=conj)
+    z = _lax.linalg.triangular_solve(lu, y, left_side=True, lower=True, unit_diagonal=True, transpose_a=True,
+                                     conjugate_a=conj)
+    inv = jnp.argsort(perm, axis=-1)
+    return jnp.take_along_axis(z, jnp.broadcast_to(inv[..., :, None], inv.shape + (z.shape[-1],)), axis=-2)
+
+
+def _batch_to(x, shape):
+    return jnp.broadcast_to(x, shape + x.shape[-2:]) if x.shape[:-2] != shape else x
+
+
+@lower("_linalg_solve_ex")
+def _linalg_solve_ex(a, b, left=True, check_errors=False):
+    dt = _od()
+    a, b = a.astype(dt), b.astype(dt)
+    lu, piv, perm = _lax.linalg.lu(a)
+    vector = ctx.entry.out_shape(0) == tuple(b.shape) and b.ndim == a.ndim - 1 or b.ndim == 1
+    bb = b[..., None] if vector else b
+    batch = jnp.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
+    x = _lu_solve_perm(_batch_to(lu, batch), jnp.broadcast_to(perm, batch + perm.shape[-1:]), _batch_to(bb, batch), left)
+    if vector:
+        x = x[..., 0]
+    return x.reshape(ctx.entry.out_shape(0)), lu, (piv + 1).astype(ctx.entry.out_dtype(2)), _info(3)
+
+
+def _perm_from_pivots(pivots, m):
+    return _lax.linalg.lu_pivots_to_permutation(pivots.astype(jnp.int32) - 1, m)
+
+
+@lower("linalg_lu_solve")
+def _linalg_lu_solve(lu, pivots, b, *, left=True, adjoint=False):
+    m = lu.shape[-2]
+    perm = _perm_from_pivots(pivots, m)
+    batch = jnp.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    return _lu_solve_perm(_batch_to(lu, batch), jnp.broadcast_to(perm, batch + perm.shape[-1:]), _batch_to(b, batch),
+                          left, adjoint)
+
+
+@lower("lu_unpack")
+def _lu_unpack(lu, pivots, unpack_data=True, unpack_pivots=True):
+    m, n = lu.shape[-2], lu.shape[-1]
+    k = min(m, n)
+    if unpack_pivots:
+        perm = _perm_from_pivots(pivots, m)
+        p = _mT(jax.nn.one_hot(perm, m, dtype=lu.dtype))
+    else:
+        p = jnp.zeros(ctx.entry.out_shape(0), lu.dtype)
+    if unpack_data:
+        l = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+        u = jnp.triu(lu[..., :k, :])
+    else:
+        l = jnp.zeros(ctx.entry.out_shape(1), lu.dtype)
+        u = jnp.zeros(ctx.entry.out_shape(2), lu.dtype)
+    return p, l, u
+
+
+@lower("linalg_pinv.atol_rtol_tensor", "linalg_pinv.atol_rtol_float")
+def _linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
+    dt = _od()
+    a = a.astype(dt)
+    m, n = a.shape[-2], a.shape[-1]
+    if hermitian:
+        w, v = jnp.linalg.eigh(a, UPLO="L", symmetrize_input=False)
+        s, sabs = w, jnp.abs(w)
+    else:
+        u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+        sabs = s
+    rdt = sabs.dtype
+    smax = jnp.max(sabs, axis=-1, keepdims=True) if sabs.shape[-1] else jnp.zeros(sabs.shape[:-1] + (1,), rdt)
+    if rtol is None:
+        rtol = (jnp.finfo(rdt).eps * max(m, n)) if atol is None or _is(atol, 0) else 0.0
+    atol = jnp.zeros((), rdt) if atol is None else jnp.asarray(atol, rdt)
+    rtol = jnp.asarray(rtol, rdt)
+    if atol.ndim:
+        atol = atol[..., None]
+    if rtol.ndim:
+        rtol = rtol[..., None]
+    tol = jnp.maximum(atol, rtol * smax)
+    keep = sabs > tol
+    sinv = jnp.where(keep, 1.0 / jnp.where(keep, s, 1), 0).astype(s.dtype)
+    if hermitian:
+        return (v * sinv[..., None, :].astype(v.dtype)) @ _mH(v)
+    return (_mH(vh) * sinv[..., None, :].astype(vh.dtype)) @ _mH(u)
