@@ -76,15 +76,30 @@ def _set_pdeathsig():
         pass
 
 
+def _watch_parent(parent_pid):
+    def loop():
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+    threading.Thread(target=loop, name="torch_xla-parent-watch", daemon=True).start()
+
+
 def _replica_main(fn, args, env, conn, parent_pid):
     os.environ.update(env)
-    _set_pdeathsig()
+    if os.getppid() == parent_pid:  # spawn / fork: the kernel kills us with the parent
+        _set_pdeathsig()
+    _watch_parent(parent_pid)  # forkserver (and a backstop): poll the launcher
     try:
         import faulthandler
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where is it?
     except Exception:  # noqa: BLE001
         pass
-    if os.getppid() != parent_pid:
+    if os.getppid() == 1:
         os._exit(1)  # the parent died before we could arm the signal
     rank = int(env["RANK"])
     distributed_init.report_hook = lambda text: _report(conn, rank, text)
@@ -405,6 +420,9 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
         "XLA_COORDINATOR_ADDRESS": coordinator, "MASTER_ADDR": master,
         "XLA_NUM_HOSTS": str(len(layout)), "PJRT_DEVICE": device_type(),
     }
+    if "MASTER_PORT" not in os.environ and num_hosts <= 1:
+        # for torch.distributed's env:// (its TCPStore); jax's coordinator has its own port
+        base_env["MASTER_PORT"] = str(distributed_init.free_port(master))
     saved = dict(os.environ)
     try:
         for local_rank in range(local):
