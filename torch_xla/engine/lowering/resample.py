@@ -236,3 +236,91 @@ def _adaptive_max_pool_backward(grad, x, indices):
     grids = jnp.indices(i.shape, sparse=True)
     out = out.at[tuple(grids[:-1]) + (i,)].add(g)
     return out.reshape(x.shape)
+
+
+# -- grid_sampler_2d -----------------------------------------------------------
+
+def _reflect(c, twice_low, twice_high):
+    if twice_low == twice_high:
+        return jnp.zeros_like(c)
+    mn = twice_low / 2
+    span = (twice_high - twice_low) / 2
+    c = jnp.abs(c - mn)
+    extra = jnp.fmod(c, span)
+    flips = jnp.floor(c / span)
+    return jnp.where(jnp.fmod(flips, 2) == 0, extra + mn, span - extra + mn)
+
+
+def _grid_coord(c, size, padding_mode, align_corners):
+    """Unnormalized, padded source coordinate (PyTorch's grid_sampler_compute_source_index)."""
+    if align_corners:
+        c = (c + 1) / 2 * (size - 1)
+    else:
+        c = ((c + 1) * size - 1) / 2
+    return _pad_coord(c, size, padding_mode, align_corners)
+
+
+def _pad_coord(c, size, padding_mode, align_corners):
+    if padding_mode == 1:  # border
+        c = jnp.clip(c, 0, size - 1)
+    elif padding_mode == 2:  # reflection
+        c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
+        c = jnp.clip(c, 0, size - 1)
+    return c
+
+
+def _gather2d(x, iy, ix):
+    """x [N, C, H, W], integer iy/ix [N, Ho, Wo] -> [N, C, Ho, Wo]; zero outside."""
+    N, C, H, W = x.shape
+    valid = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
+    flat = (jnp.clip(iy, 0, H - 1) * W + jnp.clip(ix, 0, W - 1)).reshape(N, 1, -1)
+    g = jnp.take_along_axis(x.reshape(N, C, H * W), jnp.broadcast_to(flat, (N, C, flat.shape[-1])), axis=2)
+    g = g.reshape((N, C) + iy.shape[1:])
+    return jnp.where(valid[:, None], g, jnp.zeros((), x.dtype))
+
+
+def _grid_sample_2d(x, grid, mode, padding_mode, align_corners):
+    N, C, H, W = x.shape
+    gx = grid[..., 0].astype(x.dtype)
+    gy = grid[..., 1].astype(x.dtype)
+    if mode == 2:  # bicubic: taps around the unpadded coordinate, padding per tap
+        if align_corners:
+            fx, fy = (gx + 1) / 2 * (W - 1), (gy + 1) / 2 * (H - 1)
+        else:
+            fx, fy = ((gx + 1) * W - 1) / 2, ((gy + 1) * H - 1) / 2
+        x0, y0 = jnp.floor(fx), jnp.floor(fy)
+        tx, ty = fx - x0, fy - y0
+        wx = _cubic_weights(tx)
+        wy = _cubic_weights(ty)
+        out = 0
+        for i in range(4):
+            yy = _pad_coord(y0 - 1 + i, H, padding_mode, align_corners).astype(jnp.int32)
+            row = 0
+            for j in range(4):
+                xx = _pad_coord(x0 - 1 + j, W, padding_mode, align_corners).astype(jnp.int32)
+                row = row + _gather2d(x, yy, xx) * wx[j][:, None]
+            out = out + row * wy[i][:, None]
+        return out
+    fx = _grid_coord(gx, W, padding_mode, align_corners)
+    fy = _grid_coord(gy, H, padding_mode, align_corners)
+    if mode == 1:  # nearest, round half to even
+        return _gather2d(x, jnp.round(fy).astype(jnp.int32), jnp.round(fx).astype(jnp.int32))
+    x0, y0 = jnp.floor(fx), jnp.floor(fy)
+    wx1, wy1 = fx - x0, fy - y0
+    wx0, wy0 = 1 - wx1, 1 - wy1
+    x0i, y0i = x0.astype(jnp.int32), y0.astype(jnp.int32)
+    out = (_gather2d(x, y0i, x0i) * (wy0 * wx0)[:, None] + _gather2d(x, y0i, x0i + 1) * (wy0 * wx1)[:, None]
+           + _gather2d(x, y0i + 1, x0i) * (wy1 * wx0)[:, None] + _gather2d(x, y0i + 1, x0i + 1) * (wy1 * wx1)[:, None])
+    return out
+
+
+@lower("grid_sampler_2d")
+def _grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sample_2d(x, grid, interpolation_mode, padding_mode, align_corners).astype(_od())
+
+
+@lower("grid_sampler_2d_backward")
+def _grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+    _, vjp = jax.vjp(lambda a, g: _grid_sample_2d(a, g, interpolation_mode, padding_mode, align_corners), x, grid)
+    gx, gg = vjp(grad.astype(x.dtype))
+    return (gx if output_mask[0] else None), gg.astype(grid.dtype)
