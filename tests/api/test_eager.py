@@ -12,7 +12,7 @@ import torch_xla.experimental as exp
 from nets import MNIST
 
 
-def _train(dev, steps=3, eager=False):
+def _train(dev, steps=2, eager=False):
     torch.manual_seed(0)
     model = MNIST()
     g = torch.Generator().manual_seed(3)
@@ -44,7 +44,7 @@ def test_eager_matches_lazy_on_mnist(dev):
     assert "EagerOpCompileTime" in names and "EagerOpExecuteTime" in names
     assert "CompileTime" not in names
     # ops run one by one: many small executions, each op's executable reused across steps
-    assert met.metric_data("EagerOpExecuteTime")[0] > 50
+    assert met.metric_data("EagerOpExecuteTime")[0] > 40
     assert met.counter_value("CachedCompile") > met.counter_value("UncachedCompile")
 
 
