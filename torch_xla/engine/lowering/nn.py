@@ -9,7 +9,7 @@ from jax import lax
 
 from .. import tensor, views
 from ..tracing import OpInfo, trace_node, wrap
-from .registry import ctx, handler, lower
+from .registry import ctx, handler, lower, meta
 
 
 def _od(i=0):
@@ -612,3 +612,66 @@ def _sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_
                enable_gqa=False):
     out, p = _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     return out, p
+
+
+# -- margin losses (backward as the vjp of the forward) ----------------------
+
+def _multi_margin(x, target, p, margin, weight, reduction):
+    x2 = x if x.ndim == 2 else x.reshape(1, -1)
+    t = target.reshape(-1)
+    C = x2.shape[1]
+    xy = jnp.take_along_axis(x2, t[:, None], axis=1)
+    z = jnp.maximum(jnp.asarray(margin, x.dtype) - xy + x2, 0)
+    z = z ** p if p != 1 else z
+    if weight is not None:
+        z = z * weight[t][:, None]
+    z = jnp.where(jnp.arange(C)[None, :] == t[:, None], 0, z)
+    loss = jnp.sum(z, axis=1) / C
+    if x.ndim < 2:
+        loss = loss.reshape(())
+    return _reduce(loss, reduction)
+
+
+@lower("multi_margin_loss", static=("p",))
+def _multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1):
+    return _multi_margin(x, target, p, margin, weight, reduction).astype(_od())
+
+
+@meta("multi_margin_loss_backward", "multilabel_margin_loss_backward")
+def _margin_backward_meta(grad, x, *args, **kwargs):
+    return torch.empty_like(x, device="meta")
+
+
+@lower("multi_margin_loss_backward", static=("p",))
+def _multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=1):
+    _, vjp = jax.vjp(lambda a: _multi_margin(a, target, p, margin, weight, reduction).astype(x.dtype), x)
+    return vjp(grad.astype(x.dtype))[0]
+
+
+def _multilabel_margin(x, target, reduction):
+    x2 = x if x.ndim == 2 else x.reshape(1, -1)
+    t2 = target if target.ndim == 2 else target.reshape(1, -1)
+    C = x2.shape[1]
+    # targets are the prefix of t before the first -1
+    valid = jnp.cumprod(t2 >= 0, axis=1).astype(bool)
+    tcl = jnp.where(valid, t2, 0)
+    is_t = jnp.zeros(x2.shape, bool).at[jnp.arange(x2.shape[0])[:, None], tcl].max(valid)
+    xt = jnp.take_along_axis(x2, tcl, axis=1)                              # [N, C] target scores
+    z = jnp.maximum(1 - (xt[:, :, None] - x2[:, None, :]), 0)                # [N, j, k]
+    z = jnp.where(valid[:, :, None] & ~is_t[:, None, :], z, 0)
+    loss = jnp.sum(z, axis=(1, 2)) / C
+    if x.ndim < 2:
+        loss = loss.reshape(())
+    return _reduce(loss, reduction), is_t.astype(x.dtype)
+
+
+@lower("multilabel_margin_loss_forward")
+def _multilabel_margin_loss_forward(x, target, reduction):
+    loss, is_t = _multilabel_margin(x, target, reduction)
+    return loss.astype(_od(0)), is_t.reshape(ctx.entry.out_shape(1)).astype(_od(1))
+
+
+@lower("multilabel_margin_loss_backward")
+def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
+    _, vjp = jax.vjp(lambda a: _multilabel_margin(a, target, reduction)[0].astype(x.dtype), x)
+    return vjp(grad.astype(x.dtype))[0]
