@@ -131,7 +131,7 @@ def _initialize():
     if "heartbeat_timeout_seconds" in params:
         kw["heartbeat_timeout_seconds"] = env_int("XLA_HEARTBEAT_TIMEOUT", 60)
     if "shutdown_timeout_seconds" in params:
-        kw["shutdown_timeout_seconds"] = env_int("XLA_SHUTDOWN_TIMEOUT", 60)
+        kw["shutdown_timeout_seconds"] = env_int("XLA_SHUTDOWN_TIMEOUT", 1800)  # replicas may finish far apart
     jax.distributed.initialize(**kw)
     _state["active"] = True
     from . import job
