@@ -523,6 +523,7 @@ def _float_unary(fn):
 for _n, _fn in (("special_i0e", _sp.i0e), ("special_i1", _sp.i1), ("special_i1e", _sp.i1e),
                 ("special_ndtri", _sp.ndtri), ("special_log_ndtr", _sp.log_ndtr), ("special_ndtr", _sp.ndtr),
                 ("special_erfcx", _sp.erfcx), ("special_entr", _sp.entr),
+                ("special_modified_bessel_i0", _sp.i0), ("special_modified_bessel_i1", _sp.i1),
                 ("special_spherical_bessel_j0",
                  lambda x: jnp.where(x == 0, jnp.ones((), x.dtype), jnp.sin(x) / jnp.where(x == 0, 1, x)))):
     lower(_n)(_float_unary(_fn))
