@@ -156,14 +156,32 @@ def _to_cpu_tree(data):
     return data
 
 
+def _xla_tensors(data, out):
+    if isinstance(data, torch.Tensor):
+        if data.device.type == "xla":
+            out.append(data)
+    elif isinstance(data, dict):
+        for v in data.values():
+            _xla_tensors(v, out)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            _xla_tensors(v, out)
+
+
 def save(data, file_or_path, master_only=True, global_master=False):
     """torch.save of `data` with XLA tensors moved to the CPU.
 
     With master_only, only the master ordinal writes (global_master: of the
     job, else of each host); every ordinal waits for it."""
     should_write = not master_only or is_master_ordinal(local=not global_master)
-    cpu_data = _to_cpu_tree(data)
+    if xr.world_size() > 1:
+        # pending values may hold collectives: every ordinal runs that graph, then only the writer reads
+        tensors = []
+        _xla_tensors(data, tensors)
+        if tensors:
+            _executor.sync(tensors, reason="xm.save")
     if should_write:
+        cpu_data = _to_cpu_tree(data)  # only the writer reads the tensors back
         if isinstance(file_or_path, (str, os.PathLike)):
             tmp = f"{file_or_path}.tmp-{os.getpid()}"
             torch.save(cpu_data, tmp)
