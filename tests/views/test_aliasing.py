@@ -407,3 +407,28 @@ def test_copied_buffers_are_not_donated(dev):
     assert a.cpu().tolist() == [1.0, 1.0, 1.0]
     assert b.cpu().tolist() == [2.0, 2.0, 2.0]
     assert c.cpu().tolist() == [5.0, 5.0, 5.0]
+
+
+def test_views_report_eager_layout(dev):
+    a = _base()
+    x = a.to(dev)
+    for name, vf in VIEWS.items():
+        c, v = vf(a), vf(x)
+        assert v.stride() == c.stride(), name
+        assert v.storage_offset() == c.storage_offset(), name
+        assert v.is_contiguous() == c.is_contiguous(), name
+        d = v.detach()
+        assert d.stride() == c.stride() and d.storage_offset() == c.storage_offset(), name
+
+
+def test_copy_or_alias_exactly_as_eager(dev):
+    # contiguous()/reshape/flatten copy a non-contiguous view and alias a contiguous one
+    def fn(a):
+        a.t().contiguous().add_(1)      # copy: a unchanged
+        a.t().reshape(-1).add_(2)       # copy
+        a[:, 1:].flatten().add_(4)      # copy
+        a.view(-1)[2:].reshape(2, 11).add_(8)   # alias
+        a[1:].contiguous().mul_(3)      # alias (already contiguous)
+        a.t().t().reshape(24)[0] = -1   # alias
+        return (a,)
+    _run_both(fn, dev)

@@ -112,8 +112,12 @@ def new_base(v, aval):
     return t
 
 
-def new_view(base, chain, aval, v, gen):
-    t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
+def new_view(base, chain, aval, v, gen, geom=None):
+    """geom: (strides, storage_offset) the view has in eager PyTorch (None: contiguous)."""
+    if geom is None:
+        t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
+    else:
+        t = _make(XLATensor, aval[0], strides=geom[0], storage_offset=geom[1], dtype=aval[1], device=_DEVICE)
     t._v = v
     t._aval = aval
     t._xb = base

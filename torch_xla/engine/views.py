@@ -6,9 +6,11 @@ the chain to the base's current value when the base changed since the view's
 value was cached. Writing a view scatters the new value back through the
 chain into a new base value, so the base and every other view see it.
 
-Views report contiguous strides (as upstream XLA tensors do); `as_strided`
-is taken relative to the root base's storage, as PyTorch takes it relative
-to the storage, so `a[1:].as_strided(...)` reads what it reads on the CPU.
+Views report the strides and storage offset they have in eager PyTorch
+(from the view op's meta kernel on an input of the same layout), so
+`is_contiguous()`, `.contiguous()` and `reshape` copy exactly when eager
+copies. `as_strided` is taken relative to the root base's storage, as
+PyTorch takes it relative to the storage.
 """
 import warnings
 
@@ -20,7 +22,7 @@ from jax import lax
 
 from . import ir, tensor
 from .lowering.registry import lower
-from .tracing import OpInfo, ValueArg, _fill, apply_entry, trace_node
+from .tracing import OpInfo, ValueArg, apply_entry, trace_node
 
 
 def _apply_step(step, v, aval):
@@ -50,21 +52,45 @@ def _root(src):
     return src._xb, src._chain, src._xb._gen
 
 
-def _meta_of(t):
-    """A meta tensor with the strides and storage offset that t has on the CPU
-    (the chain replayed from a contiguous base)."""
-    if t._xb is None:
-        return torch.empty(t._aval[0], dtype=t._aval[1], device="meta")
-    base = t._xb
-    m = torch.empty(base._aval[0], dtype=base._aval[1], device="meta")
-    for entry, idx in t._chain:
-        args = _fill(entry.template, [m])
-        kwargs = {k: _fill(v, [m]) for k, v in entry.kwtemplate.items()} if entry.kwtemplate else {}
-        out = entry.info.func(*args, **kwargs)
-        if entry.out_struct is not None:
-            out = [o for o in out if o is not None][idx]
-        m = out
-    return m
+_GEOM = {}
+
+
+def _contiguous_strides(shape):
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(st))
+
+
+def _geometry(info, entry, src, args, kwargs):
+    """(strides, storage_offset) of each output of a view op, as eager PyTorch
+    lays them out (None where contiguous at offset 0), from the op's meta
+    kernel on an input with src's strides. Memoised per entry and input layout."""
+    if src._xb is None:  # a base: contiguous at offset 0
+        key = entry
+    else:
+        key = (entry, tuple(src.stride()), src.storage_offset())
+    got = _GEOM.get(key)
+    if got is not None:
+        return got
+    stride, off = tuple(src.stride()), src.storage_offset()
+    shape, dtype = src._aval
+    try:
+        n = 0 if 0 in shape else off + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
+        m = torch.empty(n, dtype=dtype, device="meta").as_strided(shape, stride, off)
+        out = info.func(m, *args[1:], **kwargs)
+        outs = [out] if isinstance(out, torch.Tensor) else [o for o in out if o is not None]
+        got = []
+        for o in outs:
+            g = (tuple(o.stride()), o.storage_offset())
+            got.append(None if g == (_contiguous_strides(tuple(o.shape)), 0) else g)
+    except Exception:  # noqa: BLE001 - eager would refuse (e.g. view of a transposed tensor): keep contiguous
+        got = [None] * len(entry.out_avals)
+    if len(_GEOM) > 65536:
+        _GEOM.clear()
+    _GEOM[key] = got
+    return got
 
 
 def make_view_handler(info, multi):
@@ -83,24 +109,31 @@ def make_view_handler(info, multi):
             args = list(args)
             off = args[3] if len(args) > 3 else kwargs.pop("storage_offset", None)
             if off is None:
-                off = _meta_of(src).storage_offset()
+                off = src.storage_offset()
             args = (src._xb, args[1], args[2], off)
             src = src._xb
         node, entry = trace_node(info, args, kwargs)
         base, chain, gen = _root(src)
+        geom = _geometry(info, entry, src, args, kwargs)
         if entry.out_struct is None:
-            return tensor.new_view(base, chain + ((entry, 0),), entry.out_avals[0], (node, 0), gen)
+            return tensor.new_view(base, chain + ((entry, 0),), entry.out_avals[0], (node, 0), gen, geom[0])
         typ, struct = entry.out_struct
-        return typ(tensor.new_view(base, chain + ((entry, i),), entry.out_avals[i], (node, i), gen)
+        return typ(tensor.new_view(base, chain + ((entry, i),), entry.out_avals[i], (node, i), gen, geom[i])
                    for i in range(len(entry.out_avals)))
     return handler
+
+
+def _geom_of(t):
+    g = (tuple(t.stride()), t.storage_offset())
+    return None if g == (_contiguous_strides(tuple(t.shape)), 0) else g
 
 
 def alias(t):
     """detach/alias: a new tensor object on the same storage."""
     base, chain, gen = _root(t)
-    v = t._v if t._xb is None else view_value(t)
-    return tensor.new_view(base, chain, t._aval, v, gen)
+    if t._xb is None:
+        return tensor.new_view(base, chain, t._aval, t._v, gen)
+    return tensor.new_view(base, chain, t._aval, view_value(t), gen, _geom_of(t))
 
 
 # ---------------------------------------------------------------------------
@@ -233,10 +266,14 @@ def assign(t, v, aval=None, fresh=False):
 # ---------------------------------------------------------------------------
 # changing a tensor's metadata: .data =, set_, resize_
 
-def _swap_meta(t, shape, dtype):
+def _swap_meta(t, shape, dtype, geom=None):
     """Give the PyTorch-visible tensor t a new shape/dtype (its Python state is
     kept: only sizes, strides and dtype are copied from a fresh wrapper)."""
-    fresh = torch.Tensor._make_wrapper_subclass(type(t), shape, dtype=dtype, device=t.device)
+    if geom is None:
+        fresh = torch.Tensor._make_wrapper_subclass(type(t), shape, dtype=dtype, device=t.device)
+    else:
+        fresh = torch.Tensor._make_wrapper_subclass(type(t), shape, strides=geom[0], storage_offset=geom[1],
+                                                    dtype=dtype, device=t.device)
     torch._C.TensorBase.data.__set__(t, fresh)
 
 
@@ -251,7 +288,7 @@ def _make_alias_of(t, source):
     base, chain, gen = _root(source)
     if base is t:
         raise RuntimeError("torch_xla: set_ of a tensor to a view of itself is not supported")
-    _swap_meta(t, source._aval[0], source._aval[1])
+    _swap_meta(t, source._aval[0], source._aval[1], _geom_of(source) if source._xb is not None else None)
     t._v = _value(source)
     t._aval = source._aval
     t._xb = base
