@@ -12,6 +12,9 @@ entered (in jax.distributed's key-value store, about once a second), and
 checks that the graph it launched last finishes: after XLA_COLLECTIVE_TIMEOUT
 seconds (default 1800) it names the collectives that wait and the ordinals that
 never reached them, and ends the process (the launcher then ends the job).
+
+XLA_JOB_DUMP=<prefix> appends each job program's optimized HLO to
+<prefix>.<rank>.txt (compare two ranks' programs when they disagree).
 """
 import os
 import sys
