@@ -10,7 +10,6 @@ case crashes the interpreter.)
 """
 
 _SPARSE = "sparse layouts (CSR/COO) are not supported on the XLA device"
-_CHALF = "complex32 (chalf) has no JAX dtype"
 _UNSTABLE = ("unstable sort: PyTorch leaves the order of equal elements unspecified and its CPU "
              "kernel's order differs from XLA's (values match, tie indices differ)")
 _EIGVEC = ("eigenvectors are defined up to sign: XLA's eigh picks other signs than LAPACK "
@@ -28,11 +27,6 @@ KNOWN_MISSES = {
     ("to_sparse", "", "int64"): _SPARSE,
     ("to_sparse", "", "bool"): _SPARSE,
     ("to_sparse", "", "grad"): _SPARSE,
-    ("chalf", "", "float32"): _CHALF,
-    ("chalf", "", "float64"): _CHALF,
-    ("chalf", "", "int64"): _CHALF,
-    ("chalf", "", "bool"): _CHALF,
-    ("chalf", "", "grad"): _CHALF,
     ("sort", "", "bool"): _UNSTABLE,
     ("argsort", "", "bool"): _UNSTABLE,
     ("topk", "", "int64"): "ties: which of several equal elements topk returns is unspecified (indices differ)",

@@ -507,3 +507,21 @@ def _index_reduce(x, dim, index, source, reduce, *, include_self=True):
     shape[d] = source.shape[d]
     full = jnp.broadcast_to(index.reshape(shape), source.shape)
     return _scatter_reduce(x, d, full, source, reduce, include_self)
+
+
+def _prims_copy_to(args, kwargs):
+    # prims.copy_to(a, b): write b into a (the out= path of torch._refs decompositions)
+    a, b = args[0], args[1] if len(args) > 1 else kwargs["b"]
+    a.copy_(b)
+    return a
+
+
+def _register_prims_handlers():
+    import torch
+    from .registry import HANDLERS
+    op = getattr(getattr(torch.ops.prims, "copy_to", None), "default", None)
+    if op is not None:
+        HANDLERS[op] = _prims_copy_to
+
+
+_register_prims_handlers()
