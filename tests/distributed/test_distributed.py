@@ -252,12 +252,16 @@ def test_collectives_4_processes(tmp_path):
     assert any("groups2" in k for k in recs[0]["checks"])
 
 
-def test_ddp_under_torchrun(tmp_path):
-    """Upstream's DDP example, launched by torchrun (the script calls torch_xla.launch,
-    which joins the torchrun job instead of spawning)."""
+@pytest.mark.parametrize("launcher", ["torchrun", pytest.param("launch", marks=pytest.mark.slow)])
+def test_ddp(tmp_path, launcher):
+    """Upstream's DDP example, under torchrun (the script calls torch_xla.launch, which
+    joins the torchrun job instead of spawning) and spawned by torch_xla.launch."""
     out = tmp_path / "ddp.jsonl"
-    rc, log, secs = _run(["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-                          f"--master_port={_free_port()}", "ddp_worker.py", str(out)], timeout=240)
+    if launcher == "torchrun":
+        rc, log, secs = _run(["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                              f"--master_port={_free_port()}", "ddp_worker.py", str(out)], timeout=240)
+    else:
+        rc, log, secs = _run(["ddp_worker.py", str(out)], timeout=240, CPU_NUM_DEVICES=2)
     assert rc == 0, log[-5000:]
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["rank"] for r in recs] == [0, 1] and all(r["xr_world"] == 2 for r in recs)
