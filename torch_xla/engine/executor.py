@@ -229,15 +229,20 @@ def sync(tensors=None, wait=False, reason="user"):
             full = False
             compact_pending()
         if bases:
-            outs = run([b._v for b in bases], owners=bases, donate=full, reason=reason)
-            for b, arr in zip(bases, outs):
+            values = [b._v for b in bases]
+            outs = run(values, owners=bases, donate=full, reason=reason)
+            for b, v, arr in zip(bases, values, outs):
+                if b._v is not v:
+                    # another thread (a loader's .to(xla)) wrote b while this ran: keep its value
+                    continue
                 node = ir.data_node(arr, *b._aval)
                 b._v = (node, 0)
                 b._gen += 1  # views re-derive from the data, not the executed IR
                 b._last_data = None
         if wait:
             for b in bases:
-                b._v[0].data.block_until_ready()
+                if b._v[0].kind == ir.DATA and b._v[0].data is not None:
+                    b._v[0].data.block_until_ready()
         if full:
             _dbg.barrier(reason, n_refs, n_dead)
     return bases
