@@ -41,7 +41,7 @@ def device_array(t):
         sync([base], reason="tensor access")
     v = value_of(t)
     arr = materialize(v, t._aval)
-    if t._xb is None and t._v[0].kind == ir.OP:
+    if t._xb is None and t._v is v and v[0].kind == ir.OP:
         t._v = (ir.data_node(arr, *t._aval), 0)
         t._gen += 1
         t._last_data = None
