@@ -67,15 +67,19 @@ def _geometry(info, entry, src, args, kwargs):
     """(strides, storage_offset) of each output of a view op, as eager PyTorch
     lays them out (None where contiguous at offset 0), from the op's meta
     kernel on an input with src's strides. Memoised per entry and input layout."""
-    if src._xb is None:  # a base: contiguous at offset 0
-        key = entry
-    else:
-        key = (entry, tuple(src.stride()), src.storage_offset())
-    got = _GEOM.get(key)
-    if got is not None:
-        return got
-    stride, off = tuple(src.stride()), src.storage_offset()
     shape, dtype = src._aval
+    if src._xb is None:  # a base holds its value contiguous at offset 0
+        key = entry
+        got = _GEOM.get(key)
+        if got is not None:
+            return got
+        stride, off = _contiguous_strides(shape), 0
+    else:
+        stride, off = tuple(src.stride()), src.storage_offset()
+        key = (entry, stride, off)
+        got = _GEOM.get(key)
+        if got is not None:
+            return got
     try:
         n = 0 if 0 in shape else off + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
         m = torch.empty(n, dtype=dtype, device="meta").as_strided(shape, stride, off)
@@ -305,6 +309,8 @@ def set_data(t, new):
             f"torch_xla: `tensor.data = other` needs other on the XLA device too, got a {new.device} tensor; "
             f"use other.to('xla')")
     torch._C.TensorBase.data.__set__(t, new)  # sizes, dtype (and PyTorch's own checks)
+    if new._xb is not None and _geom_of(new) is not None:
+        _swap_meta(t, new._aval[0], new._aval[1])  # t holds the value as a contiguous base
     v = _value(new)
     if v[0].kind == ir.DATA:
         v[0].exclusive = False
