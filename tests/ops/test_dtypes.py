@@ -261,7 +261,7 @@ def test_storage_env_vars():
     """XLA_USE_BF16 / XLA_DOWNCAST_BF16 change the device storage only: tensors
     report their PyTorch dtype and come back to the CPU in it."""
     procs = {name: _spawn(env) for name, env in
-             (("bf16", {"XLA_USE_BF16": "1"}), ("down", {"XLA_DOWNCAST_BF16": "1"}), ("none", {}))}
+             (("bf16", {"XLA_USE_BF16": "1"}), ("down", {"XLA_DOWNCAST_BF16": "1"}))}
     r = _result(procs["bf16"])
     assert r["dtype"] == "torch.float32 torch.float64 torch.float32 torch.float32 torch.float64 torch.float32"
     assert r["storage"] == "bfloat16 bfloat16 bfloat16"
@@ -279,6 +279,10 @@ def test_storage_env_vars():
     assert r["vals"] == f"[1.0, 2.5, 3.328125] [{f32}, 2.0]"
     assert float(r["lin"]) < 0.05
 
-    r = _result(procs["none"])
-    assert r["storage"] == "float32 float64 float32"
-    assert r["vals"] == f"{torch.tensor([1.0001, 2.5, 3.3333333]).tolist()} {[1.0 + 2 ** -20, 2.0]}"
+
+def test_default_storage_is_the_pytorch_dtype(dev):
+    from torch_xla.engine import transfers
+    for dt in DTYPES:
+        x = _make(dt).to(dev)
+        arr = transfers.device_array(x)
+        assert str(arr.dtype) == str(torch.empty(0, dtype=dt).numpy().dtype if dt != torch.bfloat16 else "bfloat16")
