@@ -82,18 +82,17 @@ class DeviceModule:
     @staticmethod
     def initial_seed():
         from .lowering.random import rng
-        return rng.seed
+        return rng.initial
 
     @staticmethod
     def get_rng_state(device=None):
-        from .lowering.random import rng
-        return torch.tensor([rng.seed, rng.offset], dtype=torch.int64).view(torch.uint8)
+        from .lowering.random import get_rng_state
+        return torch.tensor([get_rng_state()], dtype=torch.int64).view(torch.uint8)
 
     @staticmethod
     def set_rng_state(state, device=None):
-        from .lowering.random import rng
-        vals = state.view(torch.int64).tolist()
-        rng.seed, rng.offset = int(vals[0]), int(vals[1])
+        from .lowering.random import set_rng_state
+        set_rng_state(int(state.view(torch.int64).tolist()[0]))
 
     @staticmethod
     def is_bf16_supported(including_emulation=True):
