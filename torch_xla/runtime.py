@@ -98,9 +98,12 @@ def is_spmd():
 
 
 def use_spmd(auto=False):
-    """Switch to SPMD: one logical device over every local device."""
-    from .engine import spmd_state
-    spmd_state.enable()
+    """Switch to SPMD: one logical device over every local device.
+
+    Not implemented yet: raises rather than silently training unsharded."""
+    raise NotImplementedError(
+        "torch_xla.runtime.use_spmd: SPMD is not implemented in this torch_xla yet; "
+        "use one process per device (torch_xla.launch / xmp.spawn / torchrun)")
 
 
 def initialize_cache(path, readonly=False):
