@@ -16,6 +16,7 @@ never reached them, and ends the process (the launcher then ends the job).
 XLA_JOB_DUMP=<prefix> appends each job program's optimized HLO to
 <prefix>.<rank>.txt (compare two ranks' programs when they disagree).
 """
+import atexit
 import os
 import sys
 import threading
@@ -184,15 +185,23 @@ class _Watch:
 
     def start(self):
         if self.thread is None:
+            self.stopped = threading.Event()
             self.thread = threading.Thread(target=self._loop, name="torch_xla-collective-watchdog", daemon=True)
             self.thread.start()
+            # stop before interpreter teardown: a daemon thread killed inside a call
+            # into the distributed client aborts the process
+            atexit.register(self.close)
+
+    def close(self):
+        if self.thread is not None:
+            self.stopped.set()
+            self.thread.join(timeout=5)
 
     def _loop(self):
         client = distributed_init.client()
         me = distributed_init.rank()
         timeout = collective_timeout()
-        while True:
-            time.sleep(0.5)
+        while not self.stopped.wait(0.5):
             try:
                 if client is not None and self.count != self.published:
                     c = self.count
