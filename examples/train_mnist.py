@@ -40,8 +40,9 @@ class MNIST(nn.Module):
         return F.log_softmax(x, dim=1)
 
 
-def load_digits_28x28():
-    """(train, test) TensorDatasets of 1x28x28 digit images, normalised like MNIST."""
+def load_digits_28x28(n_train=1500):
+    """(train, test) TensorDatasets of 1x28x28 digit images, normalised like MNIST;
+    the first n_train of a fixed shuffle train, the rest test."""
     from sklearn.datasets import load_digits
     digits = load_digits()
     x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
@@ -51,7 +52,6 @@ def load_digits_28x28():
     g = torch.Generator().manual_seed(0)
     perm = torch.randperm(len(y), generator=g)
     x, y = x[perm], y[perm]
-    n_train = 1500
     return (torch.utils.data.TensorDataset(x[:n_train], y[:n_train]),
             torch.utils.data.TensorDataset(x[n_train:], y[n_train:]))
 

@@ -15,48 +15,19 @@ import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.distributed.parallel_loader as pl
 import torch_xla.runtime as xr
 
-
-class MNIST(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
-        self.bn1 = nn.BatchNorm2d(10)
-        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
-        self.bn2 = nn.BatchNorm2d(20)
-        self.fc1 = nn.Linear(320, 50)
-        self.fc2 = nn.Linear(50, 10)
-
-    def forward(self, x):
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))
-        x = self.bn1(x)
-        x = F.relu(F.max_pool2d(self.conv2(x), 2))
-        x = self.bn2(x)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = self.fc2(x)
-        return F.log_softmax(x, dim=1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_mnist import MNIST, load_digits_28x28  # noqa: E402  (the model and data of the single-process example)
 
 
 def digits_dataset():
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    x = F.interpolate(x, size=(28, 28), mode="bilinear", align_corners=False)
-    x = (x - 0.1307) / 0.3081
-    y = torch.tensor(d.target, dtype=torch.int64)
-    g = torch.Generator().manual_seed(0)
-    perm = torch.randperm(len(y), generator=g)
-    x, y = x[perm], y[perm]
-    n_train = int(len(y) * 0.8)
-    return (torch.utils.data.TensorDataset(x[:n_train], y[:n_train]),
-            torch.utils.data.TensorDataset(x[n_train:], y[n_train:]))
+    """The single-process example's data, split 80/20."""
+    return load_digits_28x28(n_train=int(1797 * 0.8))
 
 
 def params_digest(model):
