@@ -770,7 +770,7 @@ def at_import():  # noqa: D401
         # executed graphs carry 'aten::op(file:line)' scopes in their HLO op_name metadata
         # (seen in --xla_dump_to dumps and profiles)
         from . import executor, graph_dump
-        executor._build_fn = graph_dump.build_fn_scoped
+        executor.op_scope = graph_dump.op_scope
     from . import persistent_cache
     persistent_cache.from_env()
     if _env_flag("XLA_USE_EAGER_DEBUG_MODE"):

@@ -88,8 +88,13 @@ def _collect(root_values):
     return order, pos, params, scalars, sig
 
 
-def _build_fn(order, pos, params, scalars, root_values):
-    """A Python function replaying the graph on JAX values (traced once by jit)."""
+op_scope = None  # node -> jax.named_scope name for every compiled graph (set by XLA_HLO_DEBUG)
+
+
+def _build_fn(order, pos, params, scalars, root_values, scope_of=None):
+    """A Python function replaying the graph on JAX values (traced once by jit).
+    With scope_of(node) -> str, each op is traced under that jax.named_scope
+    (XLA_HLO_DEBUG puts the aten op and the user's line in HLO metadata)."""
     pools = sorted({s.entry for s in scalars})
     pool_index = {p: i for i, p in enumerate(pools)}
     counts = collections.Counter()
@@ -98,7 +103,9 @@ def _build_fn(order, pos, params, scalars, root_values):
         scalar_slots.append((pos[id(s)], pool_index[s.entry], counts[s.entry]))
         counts[s.entry] += 1
     param_slots = [pos[id(p)] for p in params]
-    plan = [(pos[id(n)], n.entry, tuple((pos[id(v[0])], v[1]) for v in n.operands)) for n in order]
+    scope_of = scope_of or op_scope
+    plan = [(pos[id(n)], n.entry, tuple((pos[id(v[0])], v[1]) for v in n.operands),
+             scope_of(n) if scope_of is not None else None) for n in order]
     outs = [(pos[id(v[0])], v[1]) for v in root_values]
     n_params = len(params)
 
@@ -109,8 +116,12 @@ def _build_fn(order, pos, params, scalars, root_values):
         pool_arrays = inputs[n_params:]
         for slot, pi, k in scalar_slots:
             env[slot] = (pool_arrays[pi][k],)
-        for slot, entry, refs in plan:
-            env[slot] = apply_entry(entry, [env[s][i] for s, i in refs])
+        for slot, entry, refs, scope in plan:
+            if scope is None:
+                env[slot] = apply_entry(entry, [env[s][i] for s, i in refs])
+            else:
+                with jax.named_scope(scope):
+                    env[slot] = apply_entry(entry, [env[s][i] for s, i in refs])
         return [env[s][i] for s, i in outs]
 
     return fn, pools

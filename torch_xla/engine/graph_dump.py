@@ -270,42 +270,19 @@ def to_dot(values):
 # ---------------------------------------------------------------------------
 # HLO / StableHLO
 
+def op_scope(n):
+    """'aten::op(file:line)' for an op node (the line when XLA_IR_DEBUG/XLA_HLO_DEBUG recorded it)."""
+    src = getattr(n, "src", None)
+    scope = op_name(n.entry)
+    if src is not None:
+        scope += f"({os.path.basename(src[1])}:{src[2]})"
+    return scope
+
+
 def build_fn_scoped(order, pos, params, scalars, root_values):
     """executor._build_fn with each op under a named scope 'aten::op(file:line)'."""
-    import collections
-    import jax
-    from .tracing import apply_entry
-    pools = sorted({s.entry for s in scalars})
-    pool_index = {p: i for i, p in enumerate(pools)}
-    counts = collections.Counter()
-    scalar_slots = []
-    for s in scalars:
-        scalar_slots.append((pos[id(s)], pool_index[s.entry], counts[s.entry]))
-        counts[s.entry] += 1
-    param_slots = [pos[id(p)] for p in params]
-    plan = []
-    for n in order:
-        src = getattr(n, "src", None)
-        scope = op_name(n.entry)
-        if src is not None:
-            scope += f"({os.path.basename(src[1])}:{src[2]})"
-        plan.append((pos[id(n)], n.entry, tuple((pos[id(v[0])], v[1]) for v in n.operands), scope))
-    outs = [(pos[id(v[0])], v[1]) for v in root_values]
-    n_params = len(params)
-
-    def fn(*inputs):
-        env = {}
-        for slot, x in zip(param_slots, inputs[:n_params]):
-            env[slot] = (x,)
-        pool_arrays = inputs[n_params:]
-        for slot, pi, k in scalar_slots:
-            env[slot] = (pool_arrays[pi][k],)
-        for slot, entry, refs, scope in plan:
-            with jax.named_scope(scope):
-                env[slot] = apply_entry(entry, [env[s][i] for s, i in refs])
-        return [env[s][i] for s, i in outs]
-
-    return fn, pools
+    from . import executor
+    return executor._build_fn(order, pos, params, scalars, root_values, scope_of=op_scope)
 
 
 def _hlo_debug():
