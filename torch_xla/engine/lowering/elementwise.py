@@ -91,18 +91,6 @@ def _floor_divide(a, b):
     return _div_mode(a, b, "floor")
 
 
-@lower("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor")
-def _remainder(a, b):
-    dt = _od()
-    return jnp.remainder(_as(a, dt), _as(b, dt))
-
-
-@lower("fmod.Tensor", "fmod.Scalar")
-def _fmod(a, b):
-    dt = _od()
-    return jnp.fmod(_as(a, dt), _as(b, dt))
-
-
 def _int_pow(a, b):
     """Integer power as PyTorch computes it: negative exponents give 0 unless
     the base is 1 or -1."""
@@ -126,60 +114,6 @@ def _pow(a, b):
     if not _is_float(dt) and not jnp.issubdtype(dt, jnp.complexfloating):
         return _int_pow(a, b)
     return jnp.power(a, b)
-
-
-@lower("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar")
-def _float_power(a, b):
-    dt = _od()
-    return jnp.power(_as(a, dt), _as(b, dt))
-
-
-@lower("atan2", "arctan2")
-def _atan2(a, b):
-    dt = _od()
-    return jnp.arctan2(_as(a, dt), _as(b, dt))
-
-
-@lower("hypot")
-def _hypot(a, b):
-    dt = _od()
-    return jnp.hypot(_as(a, dt), _as(b, dt))
-
-
-@lower("maximum")
-def _maximum(a, b):
-    dt = _od()
-    return jnp.maximum(_as(a, dt), _as(b, dt))
-
-
-@lower("minimum")
-def _minimum(a, b):
-    dt = _od()
-    return jnp.minimum(_as(a, dt), _as(b, dt))
-
-
-@lower("fmax")
-def _fmax(a, b):
-    dt = _od()
-    return jnp.fmax(_as(a, dt), _as(b, dt))
-
-
-@lower("fmin")
-def _fmin(a, b):
-    dt = _od()
-    return jnp.fmin(_as(a, dt), _as(b, dt))
-
-
-@lower("copysign.Tensor", "copysign.Scalar")
-def _copysign(a, b):
-    dt = _od()
-    return jnp.copysign(_as(a, dt), _as(b, dt))
-
-
-@lower("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other")
-def _xlogy(a, b):
-    dt = _od()
-    return jax.scipy.special.xlogy(_as(a, dt), _as(b, dt))
 
 
 @lower("lerp.Scalar", "lerp.Tensor")
@@ -442,18 +376,6 @@ def _clamp(x, min=None, max=None):  # noqa: A002
     return x
 
 
-@lower("clamp_min", "clamp_min.Tensor")
-def _clamp_min(x, m):
-    dt = _od()
-    return jnp.maximum(_as(x, dt), _as(m, dt))
-
-
-@lower("clamp_max", "clamp_max.Tensor")
-def _clamp_max(x, m):
-    dt = _od()
-    return jnp.minimum(_as(x, dt), _as(m, dt))
-
-
 @lower("masked_fill.Scalar", "masked_fill.Tensor")
 def _masked_fill(x, mask, value):
     dt = _od()
@@ -546,36 +468,6 @@ def _polygamma(n, x):
     return (_sp.polygamma(n, x + k) - jnp.asarray(sign_fact, dt) * jnp.sum(terms, axis=0)).astype(dt)
 
 
-@lower("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar")
-def _zeta(x, q):
-    dt = _od()
-    return _sp.zeta(_as(x, dt), _as(q, dt))
-
-
-@lower("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar")
-def _xlog1py(x, y):
-    dt = _od()
-    return _sp.xlog1py(_as(x, dt), _as(y, dt))
-
-
-@lower("igamma")
-def _igamma(a, x):
-    dt = _od()
-    return _sp.gammainc(_as(a, dt), _as(x, dt))
-
-
-@lower("igammac")
-def _igammac(a, x):
-    dt = _od()
-    return _sp.gammaincc(_as(a, dt), _as(x, dt))
-
-
-@lower("nextafter")
-def _nextafter(a, b):
-    dt = _od()
-    return jnp.nextafter(_as(a, dt), _as(b, dt))
-
-
 @lower("frexp.Tensor")
 def _frexp(x):
     m, e = jnp.frexp(x)
@@ -598,3 +490,27 @@ def _softshrink_backward(grad, x, lambd):
 def _hardshrink_backward(grad, x, lambd):
     lam = _as(lambd, x.dtype)
     return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+
+
+# Binary ops computed in PyTorch's result dtype: both operands cast to it, then one jnp call.
+for _names, _fn in (
+    (("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor",), jnp.remainder),
+    (("fmod.Tensor", "fmod.Scalar",), jnp.fmod),
+    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), jnp.power),
+    (("atan2", "arctan2",), jnp.arctan2),
+    (("hypot",), jnp.hypot),
+    (("maximum",), jnp.maximum),
+    (("minimum",), jnp.minimum),
+    (("fmax",), jnp.fmax),
+    (("fmin",), jnp.fmin),
+    (("copysign.Tensor", "copysign.Scalar",), jnp.copysign),
+    (("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other",), jax.scipy.special.xlogy),
+    (("clamp_min", "clamp_min.Tensor",), jnp.maximum),
+    (("clamp_max", "clamp_max.Tensor",), jnp.minimum),
+    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), _sp.zeta),
+    (("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar",), _sp.xlog1py),
+    (("igamma",), _sp.gammainc),
+    (("igammac",), _sp.gammaincc),
+    (("nextafter",), jnp.nextafter),
+):
+    lower(*_names)(_binary_same(_fn))

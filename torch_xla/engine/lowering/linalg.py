@@ -145,23 +145,23 @@ def _matrix_exp(a):
     return jax.scipy.linalg.expm(a)
 
 
-@lower("_linalg_det")
-def _linalg_det(a):
+def _lu_diag_and_sign(a):
+    """LU of a -> (lu, pivots, diagonal of U, sign of the row permutation)."""
     lu, piv, _ = _lax.linalg.lu(a)
     d = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    n = a.shape[-1]
-    swaps = jnp.sum(piv != jnp.arange(n, dtype=piv.dtype), axis=-1)
-    sign = jnp.where(swaps % 2 == 0, 1, -1).astype(d.dtype)
+    swaps = jnp.sum(piv != jnp.arange(a.shape[-1], dtype=piv.dtype), axis=-1)
+    return lu, piv, d, jnp.where(swaps % 2 == 0, 1, -1).astype(d.dtype)
+
+
+@lower("_linalg_det")
+def _linalg_det(a):
+    lu, piv, d, sign = _lu_diag_and_sign(a)
     return sign * jnp.prod(d, axis=-1), lu, (piv + 1).astype(ctx.entry.out_dtype(2))
 
 
 @lower("_linalg_slogdet")
 def _linalg_slogdet(a):
-    lu, piv, _ = _lax.linalg.lu(a)
-    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    n = a.shape[-1]
-    swaps = jnp.sum(piv != jnp.arange(n, dtype=piv.dtype), axis=-1)
-    perm_sign = jnp.where(swaps % 2 == 0, 1, -1).astype(d.dtype)
+    lu, piv, d, perm_sign = _lu_diag_and_sign(a)
     if jnp.iscomplexobj(a):
         sign = perm_sign * jnp.prod(d / jnp.abs(d), axis=-1)
     else:

@@ -125,14 +125,19 @@ def _chunk(x, chunks, dim=0):
     return _split(x, chunks, dim)
 
 
-@lower("as_strided", "as_strided_copy")
-def _as_strided(x, size, stride, storage_offset=None):
-    off = storage_offset or 0
-    idx = np.full(tuple(size), off, dtype=np.int64)
+def _strided_positions(size, stride, storage_offset):
+    """Flat storage position of every element of an as_strided view (a constant)."""
+    idx = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
     for d, (n, s) in enumerate(zip(size, stride)):
         shape = [1] * len(size)
         shape[d] = n
         idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    return idx
+
+
+@lower("as_strided", "as_strided_copy")
+def _as_strided(x, size, stride, storage_offset=None):
+    idx = _strided_positions(size, stride, storage_offset)
     flat = x.reshape(-1)
     return jnp.take(flat, jnp.asarray(idx), mode="clip") if idx.size else jnp.zeros(size, x.dtype)
 
@@ -475,12 +480,7 @@ def _put(x, index, source, accumulate=False):
 
 @lower("as_strided_scatter")
 def _as_strided_scatter(x, src, size, stride, storage_offset=None):
-    off = storage_offset or 0
-    idx = np.full(tuple(size), off, dtype=np.int64)
-    for d, (n, s) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[d] = n
-        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    idx = _strided_positions(size, stride, storage_offset)
     flat = x.reshape(-1)
     return flat.at[jnp.asarray(idx.reshape(-1))].set(src.reshape(-1).astype(x.dtype)).reshape(x.shape)
 
