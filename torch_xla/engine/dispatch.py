@@ -36,13 +36,7 @@ def op_info(func):
 
 def _decomposition(func):
     from torch._decomp import decomposition_table
-    d = decomposition_table.get(func)
-    if d is None:
-        try:
-            from torch._refs import python_ref_table  # noqa: F401
-        except Exception:  # noqa: BLE001
-            pass
-    return d
+    return decomposition_table.get(func)
 
 
 def _is_view(schema):
@@ -324,7 +318,7 @@ def make_handler(func):
     if _is_view(schema) and (op_info(func).lowering is not None
                              or not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")):
         # view ops with no lowering (to.dtype, movedim, ...) decompose below
-        return views.make_view_handler(op_info(func), False)
+        return views.make_view_handler(op_info(func))
     mut = _mutated_args(schema)
     if mut:
         twin = _functional_twin(func)

@@ -148,7 +148,7 @@ def run(root_values, owners=(), donate=False, reason="user"):
             key = key + (("donate",) + donated,)
         exe = _cache.get(key)
         g = _dbg.graph(order, params, scalars, root_values, key, reason) if exe is None or _dbg.active else None
-        dev = jax_device()
+        jax_device()  # brings the device (and a multi-process job) up before inputs move
         inputs = [p.data for p in params] + _pool_arrays(scalars)
         if exe is None:
             metrics.counter("UncachedCompile")
@@ -162,7 +162,7 @@ def run(root_values, owners=(), donate=False, reason="user"):
                 from . import job
                 compiled = job.compile(fn, inputs, donated, order)
             else:
-                jitted = jax.jit(fn, donate_argnums=donated, device=dev) if _jit_takes_device() else jax.jit(fn, donate_argnums=donated)
+                jitted = jax.jit(fn, donate_argnums=donated)
                 compiled = jitted.lower(*inputs).compile()
             metrics.metric("CompileTime", time.perf_counter_ns() - t0)
             exe = Executable()
@@ -190,7 +190,6 @@ def run(root_values, owners=(), donate=False, reason="user"):
         return outs
 
 
-_jit_device = None
 _multi_flag = []
 
 
@@ -206,10 +205,6 @@ def _job_wants(order):
     from . import job
     return job.wants(order)
 
-
-def _jit_takes_device():
-    # jax.jit(device=...) is deprecated in new JAX; inputs are committed to the device anyway
-    return False
 
 
 def sync(tensors=None, wait=False, reason="user"):

@@ -97,7 +97,7 @@ def _geometry(info, entry, src, args, kwargs):
     return got
 
 
-def make_view_handler(info, multi):
+def make_view_handler(info):
     """Handler for an aten view op (transpose, select, view, split, ...)."""
     if info.lowering is None:
         def missing(args, kwargs):
