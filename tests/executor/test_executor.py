@@ -1,7 +1,6 @@
 """The executor: barriers, graph caching, async execution, host reads,
 step closures, donation, and the CPU fallback."""
 import threading
-import time
 
 import pytest
 import torch
@@ -60,14 +59,12 @@ def test_mark_step_is_asynchronous_and_wait_device_ops_blocks(dev):
     for _ in range(8):
         a = a @ a
         a = a / a.abs().max()
-    t0 = time.perf_counter()
     xm.mark_step()
-    dispatched = time.perf_counter() - t0
-    arr = a._v[0].data
+    arr = a._v[0].data  # the tensor now holds the execution's output future
     xm.wait_device_ops()
     assert arr.is_ready()
-    assert dispatched < 5.0
     torch_xla.sync(wait=True)
+    assert torch.isfinite(a).all().item()
 
 
 def test_host_read_executes_only_what_it_needs(dev):
