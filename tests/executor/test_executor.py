@@ -2,7 +2,6 @@
 step closures, donation, and the CPU fallback."""
 import threading
 
-import pytest
 import torch
 
 import torch_xla
