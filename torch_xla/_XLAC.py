@@ -132,3 +132,8 @@ def _init_env():
 
 
 _init_env()
+
+
+def _xla_runtime_is_initialized():
+    from .engine import runtime as _rt
+    return _rt.is_initialized()

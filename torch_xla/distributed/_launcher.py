@@ -104,9 +104,10 @@ def _replica_main(fn, args, env, conn, parent_pid):
     rank = int(env["RANK"])
     distributed_init.report_hook = lambda text: _report(conn, rank, text)
     code = 0
+    result = None
     try:
         distributed_init.maybe_initialize()
-        fn(rank, *args)
+        result = fn(rank, *args)
         _finish_device_work()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -121,9 +122,12 @@ def _replica_main(fn, args, env, conn, parent_pid):
         _flush()
         os._exit(code)
     try:
-        conn.send(("ok", rank, ""))
-    except Exception:  # noqa: BLE001
-        pass
+        conn.send(("ok", rank, result))
+    except Exception:  # noqa: BLE001 - a result that does not pickle is dropped
+        try:
+            conn.send(("ok", rank, None))
+        except Exception:  # noqa: BLE001
+            pass
     distributed_init.shutdown()
     _flush()
     os._exit(0)  # skip atexit handlers that might wait on peers that are gone
@@ -311,20 +315,35 @@ class Job:
         self.conns = conns        # rank -> parent end of the pipe
         self.link = link
         self.errors = {}
+        self.results = {}         # rank -> what fn returned (when it pickles)
+
+    @property
+    def processes(self):
+        """The replica processes in rank order (torch.multiprocessing's ProcessContext has these)."""
+        return [self.procs[r] for r in sorted(self.procs)]
+
+    def pids(self):
+        return [p.pid for p in self.processes]
 
     def _drain(self):
         for rank, c in list(self.conns.items()):
             try:
                 while c.poll():
-                    kind, r, text = c.recv()
+                    kind, r, payload = c.recv()
                     if kind == "error":
-                        self.errors[r] = text
+                        self.errors[r] = payload
+                    elif kind == "ok":
+                        self.results[r] = payload
             except (EOFError, OSError):
-                pass
+                self.conns.pop(rank, None)
 
-    def join(self):
+    def join(self, timeout=None):
+        """Wait for every replica: True once all finished, False if `timeout`
+        seconds passed first (torch.multiprocessing's ProcessContext.join);
+        ReplicaFailed when one failed."""
         from multiprocessing.connection import wait
         failed = None
+        deadline = None if timeout is None else time.time() + timeout
         try:
             while True:
                 alive = [p for p in self.procs.values() if p.exitcode is None]
@@ -337,7 +356,11 @@ class Job:
                 if self.link is not None and self.link.failed.is_set():
                     failed = (None, self.link.fail_reason)
                     break
-                wait([p.sentinel for p in alive], timeout=0.5)
+                if deadline is not None and time.time() >= deadline:
+                    return False
+                # read results as they come: a large one would block its sender
+                wait([p.sentinel for p in alive] + list(self.conns.values()), timeout=0.5)
+                self._drain()
         except KeyboardInterrupt:
             self.stop()
             raise
@@ -346,7 +369,7 @@ class Job:
             if self.link is not None:
                 self.link.done()
                 self.link.close()
-            return None
+            return True
         self.stop()
         self._drain()
         rank, code = failed

@@ -9,13 +9,15 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     chips); nprocs=1 runs fn(0, *args) in this process. The replicas join one
     job (jax.distributed, coordinator on MASTER_ADDR, loopback by default). If
     any replica fails, the others are stopped and ReplicaFailed is raised with
-    its traceback. Returns None (join=False: an object whose join() waits)."""
+    its traceback. Returns None (join=False: the job, whose `processes` are the
+    replicas and whose join() waits, True once all finished)."""
     if nprocs == 1:
         return run_single(fn, args)
     job = start(fn, args, nprocs=nprocs, daemon=daemon, start_method=start_method)
     if not join:
         return job
-    return job.join()
+    job.join()
+    return None
 
 
 class MpModelWrapper:

@@ -12,6 +12,7 @@ from .tracing import OpInfo, trace_node, wrap
 
 _registered = False
 _lib = None
+_cpu_lib = None
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -141,8 +142,23 @@ def _copy_from(src, dst, non_blocking=False):
     return _copy_((dst, src), {})
 
 
+def _pin_memory_cpu(self, device=None):
+    # With `xla` registered, PyTorch takes it as the current accelerator and
+    # asks our hooks for a pinned-memory allocator, which a Python backend
+    # cannot provide: DataLoader(pin_memory=True) would fail for every user of
+    # this machine. Uploads go through JAX's host buffers, where pinning buys
+    # nothing, so pinning for `xla` is an honest copy; any other device (a CUDA
+    # build's `cuda`) keeps PyTorch's own pinned allocator.
+    if device is None or device.type == "xla":
+        if not torch.cuda.is_available():
+            return self.clone()
+        device = torch.device("cuda")
+    return torch.ops.aten._pin_memory.default._op_dk(
+        torch._C.DispatchKey.CompositeExplicitAutograd, self, device)
+
+
 def register():
-    global _registered, _lib
+    global _registered, _lib, _cpu_lib
     if _registered:
         return
     if not hasattr(torch._C, "_acc"):
@@ -158,6 +174,8 @@ def register():
         if func is None:
             continue
         _lib.impl(name, _factory_impl(func))
+    _cpu_lib = torch.library.Library("aten", "IMPL", "CPU")
+    _cpu_lib.impl("_pin_memory", _pin_memory_cpu)
     from . import tensor
     tensor._DEVICE = torch.device("xla", 0)
     _lib.impl("_copy_from", _copy_from)

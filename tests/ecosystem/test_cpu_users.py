@@ -1,0 +1,88 @@
+"""Installing torch_xla must not change what a plain CPU user of Lightning,
+transformers or DataLoader sees: each case runs the user's script in a fresh
+process, as that user would, with no PJRT_DEVICE set."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+
+def _run(code, env_extra=None, timeout=240):
+    env = {k: v for k, v in os.environ.items() if k not in ("PJRT_DEVICE", "CPU_NUM_DEVICES")}
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=timeout, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+def test_pin_memory_on_cpu_data():
+    import torch_xla  # noqa: F401
+    from torch.utils.data import DataLoader, TensorDataset
+    x = torch.arange(12.0).reshape(6, 2)
+    batches = list(DataLoader(TensorDataset(x), batch_size=3, pin_memory=True))
+    torch.testing.assert_close(torch.cat([b[0] for b in batches]), x)
+    pinned = x.pin_memory()
+    torch.testing.assert_close(pinned, x)
+    assert pinned.data_ptr() != x.data_ptr()  # a copy, as pinning makes one
+
+
+def test_tpu_probes_report_no_tpu_without_pjrt_device(monkeypatch):
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    from torch_xla._internal import tpu
+    assert tpu.num_available_chips() == 0
+    assert tpu.num_available_devices() == 0
+    with pytest.raises(EnvironmentError):
+        tpu.version()
+
+
+def test_device_count_follows_pjrt_device(monkeypatch):
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setenv("CPU_NUM_DEVICES", "3")
+    from torch_xla._internal import tpu
+    assert tpu.num_available_devices() == 3
+
+
+def test_spmd_module_imports_and_says_what_is_missing():
+    import torch_xla.distributed.spmd as xs
+    with pytest.raises(NotImplementedError, match="mark_sharding"):
+        xs.mark_sharding(torch.zeros(2), None, (0,))
+
+
+def test_lightning_cpu_trainer_unchanged():
+    pytest.importorskip("pytorch_lightning")
+    out = _run("""
+        import torch, torch_xla
+        import pytorch_lightning as pl
+        from torch.utils.data import DataLoader, TensorDataset
+
+        class M(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.l = torch.nn.Linear(4, 1)
+            def training_step(self, b, i):
+                x, y = b
+                return torch.nn.functional.mse_loss(self.l(x), y)
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+        t = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                       enable_progress_bar=False, enable_model_summary=False)
+        t.fit(M(), DataLoader(ds, batch_size=4, pin_memory=True))
+        print("ACC", type(t.accelerator).__name__, t.global_step)
+    """)
+    assert "ACC CPUAccelerator 4" in out
+
+
+def test_transformers_trainer_imports():
+    pytest.importorskip("transformers")
+    out = _run("""
+        import torch_xla
+        from transformers import Trainer, TrainingArguments
+        print("OK", Trainer.__name__)
+    """)
+    assert "OK Trainer" in out
