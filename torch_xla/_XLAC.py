@@ -2,9 +2,11 @@
 scripts and libraries call (graph dumps, metrics, sync helpers, eager mode)."""
 
 
+from .engine import api as _api
+
+
 def _xla_sync_multi(tensors, devices=None, wait=True, sync_xla_data=True):
-    from .engine.executor import sync
-    sync(list(tensors), wait=wait)
+    _api.sync(list(tensors), wait=wait)
 
 
 def _xla_get_default_device():
@@ -19,41 +21,33 @@ def _get_xla_tensor_dimension_size(t, dim):
 
 def _get_xla_tensors_text(tensors):
     """IR text of the graph computing `tensors` (upstream's `IR { ... }` format)."""
-    from .engine import graph_dump
-    return graph_dump.to_text(graph_dump.roots_of(list(tensors)))
+    return _api.graph_text(list(tensors), "text")
 
 
 def _get_xla_tensors_dot(tensors):
     """The same graph in Graphviz DOT."""
-    from .engine import graph_dump
-    return graph_dump.to_dot(graph_dump.roots_of(list(tensors)))
+    return _api.graph_text(list(tensors), "dot")
 
 
 def _get_xla_tensors_hlo(tensors):
     """HLO text (before XLA's optimisations) of the graph computing `tensors`."""
-    from .engine import graph_dump
-    return graph_dump.to_hlo(graph_dump.roots_of(list(tensors)))
+    return _api.graph_text(list(tensors), "hlo")
 
 
 def _get_stablehlo(tensors, device=None, devices=None, emit_bytecode=False):
-    from .engine import graph_dump
     t = list(tensors) if tensors else None
     if emit_bytecode:
-        return graph_dump.stablehlo_bytecode(t)
-    return graph_dump.stablehlo_text(t)
+        return _api.stablehlo_bytecode(t)
+    return _api.stablehlo_text(t)
 
 
 def _get_graph_hash(tensors):
     """A hash of the graph computing `tensors` (equal graphs share executables)."""
-    from .engine import executor, graph_dump
-    values = graph_dump.roots_of(list(tensors))
-    *_, sig = executor._collect(values)
-    return graph_dump_hash(hash(tuple(sig)))
+    return _api.graph_hash(list(tensors))
 
 
 def graph_dump_hash(h):
-    from .engine.debug_analysis import hash_str
-    return hash_str(h)
+    return _api.hash_str(h)
 
 
 # -- metrics -------------------------------------------------------------------
@@ -116,24 +110,16 @@ def _get_use_eager_mode():
 
 
 def _set_allow_execution(allow):
-    from .engine import debug_analysis
-    debug_analysis.allow_execution = bool(allow)
-    debug_analysis.refresh()
+    _api.set_allow_execution(allow)
 
 
 def _get_allow_execution():
-    from .engine import debug_analysis
-    return debug_analysis.allow_execution
+    return _api.allow_execution()
 
 
 def _init_env():
-    from .engine import debug_analysis
-    debug_analysis.at_import()
-
-
-_init_env()
+    _api.start()
 
 
 def _xla_runtime_is_initialized():
-    from .engine import runtime as _rt
-    return _rt.is_initialized()
+    return _api.is_initialized()

@@ -10,14 +10,9 @@ import functools
 import torch
 
 from .version import __version__
-from .engine import device as _device_layer
-from .engine import dispatch as _dispatch  # noqa: F401
-from .engine import lowering as _lowering  # noqa: F401
-from .engine import transfers as _transfers  # noqa: F401
-from .engine import executor as _executor
-from .engine import runtime as _runtime
+from .engine import api as _api
 
-_device_layer.register()
+_api.start()
 
 from . import _XLAC  # noqa: E402,F401
 
@@ -57,9 +52,8 @@ def launch(fn, args=(), start_method="spawn", debug_single_process=False):
     from .distributed import xla_multiprocessing as xmp
     if os.environ.get("TORCHELASTIC_RUN_ID") is not None or (
             os.environ.get("RANK") not in (None, "") and os.environ.get("WORLD_SIZE") not in (None, "")):
-        from .engine import distributed_init
         from . import runtime as xr
-        distributed_init.maybe_initialize()
+        _api.distributed.maybe_initialize()
         fn(xr.global_ordinal(), *args)
         return None
     xmp.spawn(fn, args=args, nprocs=1 if debug_single_process else None, start_method=start_method)
@@ -68,8 +62,7 @@ def launch(fn, args=(), start_method="spawn", debug_single_process=False):
 
 def manual_seed(seed, device=None):
     """Seed the XLA device's random generator."""
-    from .engine.lowering.random import manual_seed as _seed
-    _seed(seed)
+    _api.manual_seed(seed)
 
 
 def sync(wait=False, reset_scope=True):
@@ -111,13 +104,11 @@ class _CompileContext:
 
     def __enter__(self):
         sync()
-        from .engine import debug_analysis as _dbg
-        self._saved = _dbg.enter_compile(self.full_graph)  # lazy inside; full_graph: no execution
+        self._saved = _api.enter_compile(self.full_graph)  # lazy inside; full_graph: no execution
         return self
 
     def __exit__(self, *exc):
-        from .engine import debug_analysis as _dbg
-        _dbg.exit_compile(self._saved)
+        _api.exit_compile(self._saved)
         if exc[0] is None:
             sync()
         return False

@@ -2,12 +2,12 @@
 import os
 import warnings
 
-from .engine import runtime as _rt
+from .engine import api as _api
 
 
 def device_type():
     """The PJRT device kind: 'CPU', 'CUDA' or 'TPU'."""
-    return _rt.device_type()
+    return _api.device_type()
 
 
 def using_pjrt():
@@ -15,32 +15,24 @@ def using_pjrt():
     return True
 
 
-def _env_int(*names, default):
-    for n in names:
-        v = os.environ.get(n)
-        if v not in (None, ""):
-            return int(v)
-    return default
-
-
 def world_size():
     """Number of participants (processes, one device each) in the job."""
-    return _env_int("WORLD_SIZE", "XLA_WORLD_SIZE", default=1)
+    return _api.topology.world_size()
 
 
 def global_ordinal():
     """This process's rank in the job."""
-    return _env_int("RANK", "XLA_GLOBAL_ORDINAL", default=0)
+    return _api.topology.rank()
 
 
 def local_ordinal():
     """This process's rank on its host."""
-    return _env_int("LOCAL_RANK", "XLA_LOCAL_ORDINAL", default=0)
+    return _api.topology.local_rank()
 
 
 def local_process_count():
     """Processes of the job on this host."""
-    return _env_int("LOCAL_WORLD_SIZE", "XLA_LOCAL_WORLD_SIZE", default=1)
+    return _api.topology.local_process_count()
 
 
 def process_index():
@@ -55,7 +47,7 @@ def process_count():
 
 def host_index():
     """Index of this host."""
-    return _env_int("GROUP_RANK", "XLA_HOST_INDEX", default=0)
+    return _api.topology.host_index()
 
 
 def local_device_count():
@@ -77,9 +69,8 @@ def global_device_count():
 
 def global_runtime_device_count():
     """Runtime devices in the whole job (SPMD counts every device)."""
-    from .engine import spmd_state
-    if spmd_state.enabled():
-        return spmd_state.num_devices()
+    if _api.topology.spmd_enabled():
+        return _api.topology.spmd_device_count()
     return world_size()
 
 
@@ -93,8 +84,7 @@ def get_master_ip():
 
 
 def is_spmd():
-    from .engine import spmd_state
-    return spmd_state.enabled()
+    return _api.topology.spmd_enabled()
 
 
 def use_spmd(auto=False):
@@ -108,12 +98,11 @@ def use_spmd(auto=False):
 
 def initialize_cache(path, readonly=False):
     """Turn on the persistent compilation cache at `path` (before any computation)."""
-    from .engine import persistent_cache
-    persistent_cache.initialize(path, readonly)
+    _api.initialize_cache(path, readonly)
 
 
 def set_device_type(pjrt_device):
     """Select the PJRT device kind before the runtime starts."""
-    if _rt.is_initialized():
+    if _api.is_initialized():
         warnings.warn("set_device_type after the runtime started has no effect")
     os.environ["PJRT_DEVICE"] = pjrt_device

@@ -145,7 +145,7 @@ def test_save_tensors_file_formats(tmp_path):
 
 
 def test_save_hlo_file_on_failure(tmp_path, dev, monkeypatch):
-    from torch_xla.engine import graph_dump
+    from torch_xla.engine.observe import graph_dump
     a = torch.randn(3, 3).to(dev)
     b = a + 1
     f = tmp_path / "failed.hlo"
@@ -179,21 +179,19 @@ def test_sanity_reports_failures(capsys):
 
 def test_save_hlo_file_on_a_failing_compile(tmp_path, dev, monkeypatch):
     import pytest
-    from torch_xla.engine import debug_analysis, executor
+    from torch_xla.engine.ir.graph import Graph
     f = tmp_path / "bad.hlo"
     monkeypatch.setenv("XLA_SAVE_HLO_FILE", str(f))
-    monkeypatch.setattr(executor, "run", executor.run)      # put back after the test
-    debug_analysis._wrap_run_for_hlo_file()
-    build = executor._build_fn
+    build = Graph.build_fn
 
-    def broken(*args, **kwargs):
-        fn, pools = build(*args, **kwargs)
+    def broken(self, ctx=None):
+        build(self, ctx)
 
         def bad(*xs):
             raise ValueError("lowering exploded")
-        return bad, pools
+        return bad
 
-    monkeypatch.setattr(executor, "_build_fn", broken)
+    monkeypatch.setattr(Graph, "build_fn", broken)
     a = torch.randn(3, 5).to(dev)
     b = a.exp()
     with pytest.raises(ValueError, match="lowering exploded") as ei:

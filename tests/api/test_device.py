@@ -185,8 +185,8 @@ def test_shape_error_names_op_shapes_and_line(dev):
 
 
 def test_lowering_failure_names_op_shapes_and_line(dev, monkeypatch):
-    from torch_xla.engine import dispatch, tensor
-    from torch_xla.engine.tracing import OpInfo
+    from torch_xla.engine.lazy import dispatch, tensor
+    from torch_xla.engine.ops.op import OpInfo
 
     def broken(x, *args, **kwargs):
         raise ValueError("rule exploded")
@@ -201,7 +201,7 @@ def test_lowering_failure_names_op_shapes_and_line(dev, monkeypatch):
 
 
 def test_importing_starts_no_backend():
-    code = ("import torch_xla, torch_xla.engine.runtime as r, torch; "
+    code = ("import torch_xla, torch_xla.engine.runtime.platform as r, torch; "
             "torch.device('xla'); print(r.is_initialized())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "JAX_PLATFORMS": "cpu"})

@@ -10,7 +10,7 @@ import torch
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
-from torch_xla.engine import metrics as em
+from torch_xla.engine.base import metrics as em
 
 # the expressions upstream's torch_xla/debug/metrics_compare_utils.py parses reports with
 METRIC_RE = r'Metric: (\S+)\s+TotalSamples: (\d+)\s+Accumulator: (\S+)'

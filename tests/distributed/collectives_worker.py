@@ -284,6 +284,6 @@ def _again(index, out_path):
 if __name__ == "__main__":
     torch_xla.launch(_mp_fn, args=(sys.argv[1],))
     torch_xla.launch(_again, args=(sys.argv[1],))
-    from torch_xla.engine import runtime
+    from torch_xla.engine.runtime import platform as runtime
     assert not runtime.is_initialized(), "the parent started a JAX backend"
     print("parent never started JAX")

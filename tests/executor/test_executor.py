@@ -7,7 +7,9 @@ import torch
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
-from torch_xla.engine import executor, ir
+from torch_xla.engine.compile import cache
+from torch_xla.engine.ir import node as ir
+from torch_xla.engine.lazy import executor
 
 
 def _step(x, w):
@@ -107,7 +109,7 @@ def test_parameters_updated_in_place_are_donated_and_stay_correct(dev):
     for i in range(4):
         w.add_(1.0)
         xm.mark_step()
-    exe = next(reversed(executor._cache.values()))
+    exe = cache.live()[-1]
     assert exe.donated  # the old buffer of w was given to XLA for reuse
     assert w.cpu().sum().item() == 4 * 64 * 64
 
@@ -158,11 +160,11 @@ def test_op_without_lowering_falls_back_to_cpu_and_is_counted(dev):
 
 
 def test_compile_cache_is_an_lru(dev, monkeypatch):
-    monkeypatch.setattr(executor, "CACHE_SIZE", 2)
-    executor._cache.clear()
+    monkeypatch.setattr(cache, "CACHE_SIZE", 2)
+    cache.clear()
     for n in (1, 2, 3):
         (torch.ones(n, device=dev) + 1).sum().item()
-    assert len(executor._cache) == 2
+    assert cache.size() == 2
 
 
 def test_metrics_count_compiles_executions_and_transfers(dev):

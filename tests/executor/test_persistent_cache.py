@@ -73,7 +73,7 @@ def test_second_process_compiles_nothing(tmp_path):
 def test_readonly_store_writes_nothing(tmp_path, monkeypatch):
     import jax
     import jax.numpy as jnp
-    from torch_xla.engine import persistent_cache as pc
+    from torch_xla.engine.compile import persistent as pc
     compiled = jax.jit(lambda a: a + 1).lower(jnp.ones(3)).compile()
     monkeypatch.setitem(pc._state, "path", str(tmp_path))
     monkeypatch.setitem(pc._state, "readonly", True)

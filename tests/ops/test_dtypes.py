@@ -221,7 +221,7 @@ def test_complex32_stored_as_complex64(dev):
 _ENV_SCRIPT = textwrap.dedent("""
     import torch, torch_xla
     import torch_xla.core.xla_model as xm
-    from torch_xla.engine import transfers
+    from torch_xla.engine.lazy import transfers
     dev = torch_xla.device()
     x = torch.tensor([1.0001, 2.5, 3.3333333], dtype=torch.float32)
     d = torch.tensor([1.0 + 2 ** -20, 2.0], dtype=torch.float64)
@@ -281,7 +281,7 @@ def test_storage_env_vars():
 
 
 def test_default_storage_is_the_pytorch_dtype(dev):
-    from torch_xla.engine import transfers
+    from torch_xla.engine.lazy import transfers
     for dt in DTYPES:
         x = _make(dt).to(dev)
         arr = transfers.device_array(x)

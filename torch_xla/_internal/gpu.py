@@ -18,11 +18,11 @@ def num_local_processes() -> int:
 
 def initialize_distributed_runtime(global_world_size: int) -> None:
     """Join the multi-process job now (it is otherwise joined on first device use)."""
-    from ..engine import distributed_init
-    distributed_init.maybe_initialize()
+    from ..engine import api
+    api.distributed.maybe_initialize()
 
 
 def shutdown_distributed_runtime() -> None:
     """Leave the multi-process job."""
-    from ..engine import distributed_init
-    distributed_init.shutdown()
+    from ..engine import api
+    api.distributed.shutdown()

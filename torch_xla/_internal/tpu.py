@@ -98,8 +98,8 @@ def num_available_devices() -> int:
     (CPU_NUM_DEVICES host devices, the GPUs, the TPU chips); otherwise the TPU
     devices found on the PCI bus, 0 on a machine without a TPU."""
     if _platform_named():
-        from ..distributed._launcher import local_device_count
-        return local_device_count()
+        from ..engine import api
+        return api.topology.local_device_count()
     return num_available_chips() * num_logical_cores_per_chip()
 
 

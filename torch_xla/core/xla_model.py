@@ -8,8 +8,7 @@ import torch
 
 import torch_xla
 from .. import runtime as xr
-from ..engine import executor as _executor
-from ..engine import metrics as _metrics
+from ..engine import api as _api
 
 REDUCE_SUM = "sum"
 REDUCE_MUL = "mul"
@@ -83,14 +82,14 @@ def master_print(*args, fd=None, **kwargs):
 
 def mark_step(wait=False, reset_scope=True):
     """Compile and run the pending graph, then run the step closures."""
-    _metrics.counter("MarkStep")
-    _executor.sync(None, wait=wait, reason="user mark_step")
-    _executor.run_step_closures()
+    _api.metrics.counter("MarkStep")
+    _api.sync(None, wait=wait, reason="user mark_step")
+    _api.run_step_closures()
 
 
 def wait_device_ops(devices=None):
     """Block until every operation launched on the device has finished."""
-    _executor.wait_device_ops()
+    _api.wait_device_ops()
 
 
 def add_step_closure(closure, args=(), run_async=False):
@@ -103,9 +102,9 @@ def add_step_closure(closure, args=(), run_async=False):
 
         def later(*a):
             threading.Thread(target=closure, args=a, daemon=True).start()
-        _executor.step_closures.append((later, args))
+        _api.add_step_closure(later, args)
     else:
-        _executor.step_closures.append((closure, args))
+        _api.add_step_closure(closure, args)
 
 
 # -- RNG ---------------------------------------------------------------------
@@ -117,18 +116,16 @@ def set_rng_state(seed, device=None):
 
 def get_rng_state(device=None):
     """The device generator's current seed."""
-    from ..engine.lowering.random import rng
-    return rng.seed
+    return _api.rng_seed()
 
 
 # -- memory ------------------------------------------------------------------
 
 def get_memory_info(device=None):
     """{'bytes_used', 'bytes_limit', 'peak_bytes_used'} of the device (0 where unknown)."""
-    from ..engine.runtime import jax_device
     stats = {}
     try:
-        stats = jax_device().memory_stats() or {}
+        stats = _api.memory_stats()
     except Exception:  # noqa: BLE001
         stats = {}
     if not stats:
@@ -179,7 +176,7 @@ def save(data, file_or_path, master_only=True, global_master=False):
         tensors = []
         _xla_tensors(data, tensors)
         if tensors:
-            _executor.sync(tensors, reason="xm.save")
+            _api.sync(tensors, reason="xm.save")
     if should_write:
         cpu_data = _to_cpu_tree(data)  # only the writer reads the tensors back
         if isinstance(file_or_path, (str, os.PathLike)):
@@ -335,13 +332,11 @@ class RateTracker:
 
 
 def get_stablehlo(tensors=None):
-    from ..engine import graph_dump
-    return graph_dump.stablehlo_text(tensors)
+    return _api.stablehlo_text(tensors)
 
 
 def get_stablehlo_bytecode(tensors=None):
-    from ..engine import graph_dump
-    return graph_dump.stablehlo_bytecode(tensors)
+    return _api.stablehlo_bytecode(tensors)
 
 
 del io

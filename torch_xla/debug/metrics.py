@@ -7,7 +7,9 @@
 
 Times are nanoseconds; the report prints them as upstream does (317ms794.578us).
 """
-from ..engine import metrics as _m
+from ..engine import api as _api
+
+_m = _api.metrics
 
 _SHORT_COUNTERS = ["CachedCompile", "MarkStep"]
 _SHORT_METRICS = ["CompileTime", "ExecuteTime", "ExecuteReplicatedTime",
@@ -86,5 +88,4 @@ def explain_recompilations(last=None):
     version came from the same place in your code, what differs (an input's
     shape or dtype, an op that appeared or vanished, and the line behind it).
     Returns the explanations as one string ('' when nothing recompiled)."""
-    from ..engine import debug_analysis
-    return debug_analysis.explain_recompilations(last)
+    return _api.explain_recompilations(last)

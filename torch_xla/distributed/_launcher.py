@@ -23,7 +23,9 @@ import threading
 import time
 import traceback
 
-from ..engine import distributed_init
+from ..engine import api as _api
+
+distributed_init = _api.distributed
 
 _KILL_GRACE_S = 3.0
 
@@ -36,34 +38,9 @@ class ReplicaFailed(RuntimeError):
 # device counts (without starting JAX)
 
 def local_device_count():
-    from ..engine.runtime import device_type
-    kind = device_type()
-    if kind == "CPU":
-        return distributed_init.env_int("CPU_NUM_DEVICES", 1)
-    if kind == "CUDA":
-        n = distributed_init.env_int("GPU_NUM_DEVICES", 0)
-        if n:
-            return n
-        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if vis not in (None, ""):
-            return len([v for v in vis.split(",") if v.strip()])
-        try:
-            import subprocess
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-            return max(1, sum(1 for line in out.splitlines() if line.startswith("GPU ")))
-        except Exception:  # noqa: BLE001
-            return 1
-    if kind == "TPU":
-        n = distributed_init.env_int("TPU_NUM_DEVICES", 0)
-        if n:
-            return n
-        import glob
-        return max(1, len(glob.glob("/dev/accel*")) or len(glob.glob("/dev/vfio/[0-9]*")))
-    return 1
+    """Devices of this platform on this host (one replica each)."""
+    return _api.topology.local_device_count()
 
-
-# ---------------------------------------------------------------------------
-# the replica side
 
 def _set_pdeathsig():
     if not sys.platform.startswith("linux"):
@@ -135,8 +112,7 @@ def _replica_main(fn, args, env, conn, parent_pid):
 
 def _finish_device_work():
     try:
-        from ..engine import executor
-        executor.wait_device_ops()
+        _api.wait_device_ops()
     except Exception:  # noqa: BLE001
         pass
 
@@ -417,7 +393,7 @@ def _strip_device_count_flag(flags):
 
 def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
     """Start the replicas of this host; -> Job."""
-    from ..engine.runtime import device_type
+    device_type = _api.device_type
     local = nprocs if nprocs else local_device_count()
     if device_type() != "CPU" and nprocs and nprocs != local_device_count():
         import warnings

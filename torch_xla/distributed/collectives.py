@@ -7,8 +7,9 @@ import os
 import torch
 
 from .. import runtime as xr
-from ..engine.lowering import collectives as _c
-from ..engine.tracing import trace_node, wrap
+from ..engine import api as _api
+
+_c = _api.collective_ops
 
 _TYPES = {"sum": "sum", "mul": "mul", "and": "and", "or": "or", "min": "min", "max": "max"}
 
@@ -50,17 +51,15 @@ def _group_size(groups):
 
 
 def _check_xla(t, what):
-    from ..engine.tensor import XLATensor
-    if not isinstance(t, XLATensor):
+    if not _api.is_xla_tensor(t):
         dev = t.device if isinstance(t, torch.Tensor) else type(t).__name__
         raise TypeError(f"torch_xla: {what} needs XLA tensors; got one on {dev}")
 
 
 def _assign(t, new):
-    from ..engine.views import assign
     if t._aval != new._aval:
         raise RuntimeError(f"torch_xla: cannot write a {new._aval} result into a {t._aval} tensor")
-    assign(t, new._v if new._xb is None else new._v)
+    _api.assign(t, new)
 
 
 def _copy_into(output, result):
@@ -72,8 +71,8 @@ def _copy_into(output, result):
     return output
 
 
-def _values(node, e):
-    return wrap(node, e)
+def _values(outs):
+    return outs
 
 
 # ---------------------------------------------------------------------------
@@ -89,9 +88,9 @@ def all_reduce(reduce_type, inputs, scale=1.0, groups=None):
         return inputs
     for t in tensors:
         _check_xla(t, "xm.all_reduce")
-    node, e = trace_node(_c.ALL_REDUCE, (list(tensors),),
+    outs_ = _api.trace_collective(_c.ALL_REDUCE, (list(tensors),),
                          {"reduce_type": rt, "scale": float(scale), "groups": groups})
-    outs = _values(node, e)
+    outs = _values(outs_)
     if single:
         return outs[0]
     for t, o in zip(tensors, outs):
@@ -109,8 +108,8 @@ def all_gather(value, dim=0, groups=None, output=None):
         return _copy_into(output, result) if output is not None else result
     _check_xla(value, "xm.all_gather")
     groups = _groups(groups)
-    node, e = trace_node(_c.ALL_GATHER, (value,), {"dim": dim, "groups": groups, "count": _group_size(groups)})
-    result = _values(node, e)
+    outs_ = _api.trace_collective(_c.ALL_GATHER, (value,), {"dim": dim, "groups": groups, "count": _group_size(groups)})
+    result = _values(outs_)
     return _copy_into(output, result) if output is not None else result
 
 
@@ -133,10 +132,10 @@ def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=N
         result = input * scale if scale != 1.0 else input.clone()
         return _copy_into(output, result) if output is not None else result
     _check_xla(input, "xm.reduce_scatter")
-    node, e = trace_node(_c.REDUCE_SCATTER, (input,), {
+    outs_ = _api.trace_collective(_c.REDUCE_SCATTER, (input,), {
         "reduce_type": rt, "scale": float(scale), "dim": scatter_dim, "shard_count": int(shard_count),
         "groups": gs})
-    result = _values(node, e)
+    result = _values(outs_)
     return _copy_into(output, result) if output is not None else result
 
 
@@ -156,10 +155,10 @@ def all_to_all(value, split_dimension, concat_dimension, split_count, groups=Non
     if world == 1 and not _always():
         return value.clone()
     _check_xla(value, "xm.all_to_all")
-    node, e = trace_node(_c.ALL_TO_ALL, (value,), {
+    outs_ = _api.trace_collective(_c.ALL_TO_ALL, (value,), {
         "split_dim": split_dimension, "concat_dim": concat_dimension, "split_count": int(split_count),
         "groups": gs})
-    return _values(node, e)
+    return _values(outs_)
 
 
 def collective_permute(value, pairs):
@@ -171,8 +170,8 @@ def collective_permute(value, pairs):
     if world == 1 and not _always():
         return value.clone() if (0, 0) in pairs else torch.zeros_like(value)
     _check_xla(value, "xm.collective_permute")
-    node, e = trace_node(_c.COLLECTIVE_PERMUTE, (value,), {"pairs": pairs})
-    return _values(node, e)
+    outs_ = _api.trace_collective(_c.COLLECTIVE_PERMUTE, (value,), {"pairs": pairs})
+    return _values(outs_)
 
 
 def collective_broadcast(tensors, root_ordinal=0, groups=None):
@@ -184,8 +183,8 @@ def collective_broadcast(tensors, root_ordinal=0, groups=None):
     tensors = list(tensors)
     for t in tensors:
         _check_xla(t, "xm.collective_broadcast")
-    node, e = trace_node(_c.COLLECTIVE_BROADCAST, (tensors,), {"root": int(root_ordinal), "groups": groups})
-    for t, o in zip(tensors, _values(node, e)):
+    outs_ = _api.trace_collective(_c.COLLECTIVE_BROADCAST, (tensors,), {"root": int(root_ordinal), "groups": groups})
+    for t, o in zip(tensors, _values(outs_)):
         _assign(t, o)
 
 

@@ -13,7 +13,9 @@ import threading
 import torch
 
 from .. import runtime as xr
-from ..engine import distributed_init
+from ..engine import api as _api
+
+distributed_init = _api.distributed
 
 _rounds = {}
 _lock = threading.Lock()

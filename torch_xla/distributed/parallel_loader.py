@@ -28,12 +28,11 @@ def _upload(cpu, device):
     training loop may sync on its thread while this runs on a worker thread."""
     if cpu.device.type == "xla" or torch.device(device).type != "xla":
         return cpu.to(device)
-    from ..engine import tensor as _tensor
-    from ..engine import transfers
+    from ..engine import api
     cpu = cpu.detach()
     if not cpu.is_contiguous():
         cpu = cpu.contiguous()
-    return _tensor.new_base((transfers.upload_node(cpu), 0), (tuple(cpu.shape), cpu.dtype))
+    return api.upload(cpu)
 
 
 def _to_device(data, device, sharding=None):

@@ -203,7 +203,7 @@ def _create_xla_process_group(prefix_store, rank, size, timeout):
 
 def _xla_rendezvous_handler(url, timeout=datetime.timedelta(minutes=30), **kwargs):
     """xla://: rank and world size from the job; a TCPStore whose port rank 0 publishes."""
-    from ..engine import distributed_init
+    from ..engine.api import distributed as distributed_init
     from . import host_exchange
     distributed_init.maybe_initialize()
     rank, world = xr.global_ordinal(), xr.world_size()

@@ -6,8 +6,8 @@ import torch
 
 def to_dlpack(xla_tensor):
     """A DLPack capsule for the device buffer behind `xla_tensor` (runs pending ops first)."""
-    from ..engine.transfers import device_array
-    arr = device_array(xla_tensor)
+    from ..engine import api
+    arr = api.device_array(xla_tensor)
     return arr.__dlpack__()
 
 
@@ -15,16 +15,12 @@ def from_dlpack(ext_tensor):
     """An XLA tensor from a DLPack capsule or an object with __dlpack__."""
     import jax
     import jax.numpy as jnp
-    from ..engine import ir
-    from ..engine.dtypes import JAX_TO_TORCH
-    from ..engine.runtime import jax_device
-    from ..engine.tensor import new_base
+    from ..engine import api
     if not hasattr(ext_tensor, "__dlpack__"):
         raise TypeError("torch_xla.utils.dlpack.from_dlpack takes an object with __dlpack__ "
                         "(a torch or jax array); bare DLPack capsules are not accepted by JAX")
     if isinstance(ext_tensor, torch.Tensor) and ext_tensor.device.type == "cpu":
-        arr = jax.device_put(jnp.asarray(ext_tensor.numpy()), jax_device())
+        arr = jax.device_put(jnp.asarray(ext_tensor.numpy()), api.jax_device())
     else:
-        arr = jax.device_put(jax.dlpack.from_dlpack(ext_tensor), jax_device())
-    aval = (tuple(arr.shape), JAX_TO_TORCH[jnp.dtype(arr.dtype)])
-    return new_base((ir.data_node(arr, *aval), 0), aval)
+        arr = jax.device_put(jax.dlpack.from_dlpack(ext_tensor), api.jax_device())
+    return api.from_device_array(arr, api.JAX_TO_TORCH[jnp.dtype(arr.dtype)])

@@ -76,7 +76,7 @@ def main(argv=None):
     import torch_xla.runtime as xr
 
     def devices():
-        from torch_xla.engine.runtime import jax_device, jax_platform
+        from torch_xla.engine.api import jax_device, jax_platform
         import jax
         try:
             all_devs = jax.devices(jax_platform())

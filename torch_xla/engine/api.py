@@ -1,0 +1,200 @@
+"""The engine's surface: everything the public torch_xla modules use, and the
+one start-up function. Public modules import this module and nothing else of
+the engine (tests/test_layering.py checks it).
+
+Upstream's C++ `_XLAC` plays this role there: sync, graph capture and
+hashing, tensor introspection, the runtime's facts, the device generator.
+"""
+from .base import config, events, metrics  # noqa: F401  (re-exported)
+from .base.dtypes import JAX_TO_TORCH  # noqa: F401
+from .compile import persistent as _persistent
+from .compile import cache as _cache
+from .ir import node as _node
+from .ir.graph import Graph
+from .lazy import executor as _executor
+from .lazy import mode as _mode
+from .lazy.handlers import random as _random
+from .observe import debug as _debug
+from .observe import graph_dump as _dump
+from .ops import collectives as collective_ops  # noqa: F401  (the collective op descriptors)
+from .runtime import distributed  # noqa: F401  (joining a multi-process job)
+from .runtime import topology  # noqa: F401
+from .runtime.platform import device_type, is_initialized, jax_device, jax_platform  # noqa: F401
+
+_started = []
+
+
+def start():
+    """Compose the engine once: the `xla` device, the rules and handlers, the
+    compile strategies, the observers; then the start-up switches."""
+    if _started:
+        return
+    _started.append(True)
+    from .lazy import device
+    device.register()   # the `xla` name must belong to PrivateUse1 before torch.device("xla")
+    from . import ops  # noqa: F401  (lowering rules)
+    from .lazy import dispatch, transfers, handlers  # noqa: F401  (tensor-level handlers)
+    from .compile import job  # noqa: F401  (the multi-process strategy and its watchdog)
+    _debug.install()
+    _persistent.from_env()
+    if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
+        _mode.set_eager(True)
+
+
+# -- barriers and execution ----------------------------------------------------
+
+def sync(tensors=None, wait=False, reason="user"):
+    """Run pending IR: of `tensors`, or of every live tensor (a full barrier)."""
+    return _executor.sync(tensors, wait=wait, reason=reason)
+
+
+def wait_device_ops():
+    _executor.wait_device_ops()
+
+
+def add_step_closure(fn, args=()):
+    _executor.step_closures.append((fn, args))
+
+
+def run_step_closures():
+    _executor.run_step_closures()
+
+
+def last_graph_info():
+    return dict(_executor.last_graph_info)
+
+
+def compiled_graph_count():
+    """Executables in the in-memory cache."""
+    return _cache.size()
+
+
+# -- graphs ----------------------------------------------------------------------
+
+def capture(tensors=None):
+    """The Graph computing `tensors` (None: every pending tensor); nothing runs."""
+    return Graph.capture(_executor.pending_roots(None if tensors is None else list(tensors)))
+
+
+def graph_hash(tensors):
+    """Upstream's graph hash text of the graph computing `tensors`."""
+    return _debug.hash_str(hash(capture(tensors).key))
+
+
+def hash_str(h):
+    return _debug.hash_str(h)
+
+
+def graph_text(tensors, fmt="text"):
+    """The graph computing `tensors` as IR text, DOT, HLO or StableHLO."""
+    g = capture(tensors)
+    return {"text": _dump.to_text, "dot": _dump.to_dot, "hlo": _dump.to_hlo,
+            "stablehlo": _dump.to_stablehlo}[fmt](g)
+
+
+def stablehlo_text(tensors=None):
+    return _dump.stablehlo_text(tensors)
+
+
+def stablehlo_bytecode(tensors=None):
+    return _dump.stablehlo_bytecode(tensors)
+
+
+def explain_recompilations(last=None):
+    return _debug.explain_recompilations(last)
+
+
+# -- trace mode ------------------------------------------------------------------
+
+def set_eager_mode(enable):
+    _mode.set_eager(enable)
+
+
+def is_eager_mode():
+    return _mode.is_eager()
+
+
+def enter_compile(full_graph):
+    """torch_xla.compile: lazy inside, and no execution at all with full_graph."""
+    return _mode.enter_compile(full_graph)
+
+
+def exit_compile(saved):
+    _mode.exit_compile(saved)
+
+
+def lazy_region_enter():
+    prev = _mode.state.lazy_region
+    _mode.state.lazy_region = True
+    return prev
+
+
+def lazy_region_exit(prev):
+    _mode.state.lazy_region = prev
+
+
+def set_allow_execution(allow):
+    _mode.set_allow_execution(allow)
+
+
+def allow_execution():
+    return _mode.allow_execution()
+
+
+# -- tensors -----------------------------------------------------------------------
+
+def is_xla_tensor(t):
+    from .lazy.tensor import XLATensor
+    return isinstance(t, XLATensor)
+
+
+def upload(cpu):
+    """A device tensor holding `cpu`'s values, made without recording IR (safe on a loader thread)."""
+    from .lazy import tensor, transfers
+    return tensor.new_base((transfers.upload_node(cpu), 0), (tuple(cpu.shape), cpu.dtype))
+
+
+def from_device_array(arr, dtype):
+    """A base tensor over a jax.Array (DLPack and JAX interop)."""
+    from .lazy import tensor
+    shape = tuple(arr.shape)
+    return tensor.new_base((_node.data_node(arr, shape, dtype), 0), (shape, dtype))
+
+
+def device_array(t):
+    """The jax.Array behind an XLA tensor (runs its pending graph)."""
+    from .lazy.transfers import device_array as _da
+    return _da(t)
+
+
+def trace_collective(info, args, kwargs):
+    """Record one collective op node on XLA tensors; -> its output tensors."""
+    from .lazy.tracing import trace_node, wrap
+    node, e = trace_node(info, args, kwargs)
+    return wrap(node, e)
+
+
+def assign(t, value_tensor):
+    """Write `value_tensor`'s value into `t` in place (views scatter into their base)."""
+    from .lazy.views import assign as _assign
+    _assign(t, value_tensor._v)
+
+
+# -- random ------------------------------------------------------------------------
+
+def manual_seed(seed):
+    _random.manual_seed(seed)
+
+
+def rng_seed():
+    return _random.rng.seed
+
+
+# -- runtime -------------------------------------------------------------------------
+
+def initialize_cache(path, readonly=False):
+    _persistent.initialize(path, readonly)
+
+
+def memory_stats():
+    return jax_device().memory_stats() or {}

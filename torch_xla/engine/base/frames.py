@@ -1,0 +1,72 @@
+"""Where things happen in the user's code: the one frame walker of the engine.
+
+`user_src()` is the innermost frame outside torch and torch_xla (the line an
+error or a graph is attributed to); `python_frames()` lists the frames an
+analysis prints, leaving the engine's own out.
+"""
+import os
+import sys
+
+_PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../torch_xla
+PKG = _PKG
+ENGINE = os.path.join(_PKG, "engine") + os.sep
+_internal_code = {}
+_torch_dir = None
+
+
+def torch_prefix():
+    global _torch_dir
+    if _torch_dir is None:
+        import torch
+        _torch_dir = os.path.dirname(torch.__file__) + os.sep
+    return _torch_dir
+
+
+def is_internal(code):
+    """True for code of torch, torch_xla, or Python's import machinery."""
+    r = _internal_code.get(code)
+    if r is None:
+        fn = code.co_filename
+        r = (fn.startswith(_PKG + os.sep) or fn.startswith(torch_prefix())
+             or fn.startswith("<frozen") or "importlib" in fn and fn.startswith("<"))
+        _internal_code[code] = r
+    return r
+
+
+def user_frame(depth=1):
+    """The innermost frame object outside torch and torch_xla, or None."""
+    f = sys._getframe(depth)
+    while f is not None:
+        if not is_internal(f.f_code):
+            return f
+        f = f.f_back
+    return None
+
+
+def user_src(depth=2):
+    """(function, file, line) of the innermost frame outside torch and torch_xla."""
+    f = user_frame(depth + 1)
+    if f is None:
+        return None
+    return (f.f_code.co_name, f.f_code.co_filename, f.f_lineno)
+
+
+def where():
+    """'file:line in function' of the user's frame, for error messages."""
+    f = user_frame(2)
+    if f is None:
+        return "<unknown>"
+    return f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}"
+
+
+def python_frames(skip_engine=True):
+    """Python frames, innermost first, as (function, file, line); the engine's
+    internals are left out (upstream's frames start at its Python API)."""
+    out = []
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not (skip_engine and fn.startswith(ENGINE)):
+            out.append((f.f_code.co_name, fn, f.f_lineno))
+        f = f.f_back
+    return out

@@ -1,0 +1,81 @@
+"""IR nodes.
+
+A node is an op applied to operand values; a value is the tuple (node, output
+index). Leaves are device data (a jax.Array, hashed by shape and dtype only, so
+new parameter values never change a graph's hash) and scalars (a Python number
+fed to the graph through a per-dtype pool, hashed by dtype only, so a changing
+learning rate never recompiles).
+
+A node's hash is computed once, when it is made, from its op entry's static
+hash and its operands' hashes. Two data leaves of the same shape hash alike;
+the executor tells them apart by position when it hashes a whole graph.
+"""
+
+from ..base import config, frames
+
+DATA = 0      # device data leaf
+SCALAR = 1    # Python scalar leaf
+OP = 2        # an op
+
+
+class Node:
+    __slots__ = ("kind", "entry", "operands", "hash", "data", "exclusive", "__weakref__")
+
+    def __init__(self, kind, entry, operands, h, data=None):
+        self.kind = kind
+        self.entry = entry        # OpEntry for OP nodes; aval (shape, dtype) for leaves
+        self.operands = operands  # tuple of values
+        self.hash = h
+        self.data = data          # jax.Array (DATA) or Python number (SCALAR)
+        self.exclusive = True     # DATA: held by one tensor only (donation is safe)
+
+    def __repr__(self):
+        if self.kind == DATA:
+            return f"Data{self.entry}"
+        if self.kind == SCALAR:
+            return f"Scalar({self.data!r})"
+        return f"Node({self.entry.name})"
+
+
+_data_hash_cache = {}
+
+
+def data_node(array, shape, dtype):
+    """A leaf holding device data with torch shape/dtype (shape: tuple, dtype: torch.dtype)."""
+    key = (shape, dtype)
+    h = _data_hash_cache.get(key)
+    if h is None:
+        h = _data_hash_cache[key] = hash(("data",) + key)
+    return Node(DATA, key, (), h, array)
+
+
+_scalar_cache = {}
+_POOL_OF = {float: "float64", int: "int64", bool: "bool", complex: "complex128"}
+
+
+def scalar_value(v, pool=None):
+    """The cached leaf value for scalar v; `pool` names the numpy dtype it is fed
+    in (default: float64/int64/bool/complex128 from v's Python type)."""
+    if pool is None:
+        pool = _POOL_OF[type(v)]
+    key = (pool, type(v), v)
+    val = _scalar_cache.get(key)
+    if val is None:
+        if len(_scalar_cache) > 4096:
+            _scalar_cache.clear()
+        val = _scalar_cache[key] = (Node(SCALAR, pool, (), hash(("scalar", pool)), v), 0)
+    return val
+
+
+# With XLA_IR_DEBUG / XLA_HLO_DEBUG / PT_XLA_DEBUG_LEVEL>=1, op nodes remember the
+# user's line (`src`, for IR dumps, HLO scopes and recompilation explanations);
+# otherwise Node stays as it is and tracing pays nothing.
+if config.records_sources():
+    _PlainNode = Node
+
+    class Node(_PlainNode):  # noqa: F811
+        __slots__ = ("src",)
+
+        def __init__(self, kind, entry, operands, h, data=None):
+            _PlainNode.__init__(self, kind, entry, operands, h, data)
+            self.src = frames.user_src(2) if kind == OP else None

@@ -1,0 +1,190 @@
+"""The `xla` device in PyTorch: PrivateUse1 renamed, with hooks, a device
+guard, a device module (torch.xla) and PrivateUse1 kernels for factory ops.
+
+One torch device per process (`xla:0`): PyTorch's Python device guard knows
+one device, and autograd needs the guard. Many devices means many processes,
+or SPMD with one logical device.
+"""
+import torch
+
+from ..ops import registry
+from ..runtime.platform import jax_platform
+from .tracing import OpInfo, trace_node, wrap
+
+_registered = False
+_lib = None
+_cpu_lib = None
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self):
+        return True
+
+    def has_primary_context(self, dev_id):
+        return True
+
+    def is_built(self):
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+class DeviceModule:
+    """What torch expects at torch.xla for a PrivateUse1 backend."""
+
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork():
+        return False
+
+    @staticmethod
+    def _lazy_init():
+        return None
+
+    @staticmethod
+    def device_count():
+        return 1
+
+    @staticmethod
+    def current_device():
+        return 0
+
+    @staticmethod
+    def set_device(device):
+        return None
+
+    @staticmethod
+    def synchronize(device=None):
+        from .executor import wait_device_ops
+        wait_device_ops()
+
+    @staticmethod
+    def manual_seed(seed):
+        from .handlers.random import manual_seed
+        manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+    @staticmethod
+    def seed():
+        import random as _r
+        from .handlers.random import manual_seed
+        manual_seed(_r.getrandbits(63))
+
+    @staticmethod
+    def initial_seed():
+        from .handlers.random import rng
+        return rng.initial
+
+    @staticmethod
+    def get_rng_state(device=None):
+        from .handlers.random import get_rng_state
+        return torch.tensor([get_rng_state()], dtype=torch.int64).view(torch.uint8)
+
+    @staticmethod
+    def set_rng_state(state, device=None):
+        from .handlers.random import set_rng_state
+        set_rng_state(int(state.view(torch.int64).tolist()[0]))
+
+    @staticmethod
+    def is_bf16_supported(including_emulation=True):
+        return True
+
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.bfloat16, torch.float16]
+
+    @staticmethod
+    def _is_autocast_enabled():
+        return torch.is_autocast_enabled("xla")
+
+    @staticmethod
+    def get_autocast_dtype():
+        return torch.get_autocast_dtype("xla")
+
+
+_FACTORIES = (
+    "empty.memory_format", "empty_strided", "arange", "arange.start", "arange.start_step",
+    "linspace", "logspace", "eye", "eye.m", "full", "scalar_tensor", "zeros", "ones",
+    "empty_permuted",
+)
+
+
+# factories whose only kernel is the CPU one get PrivateUse1 kernels too
+_EXTRA_FACTORIES = ("tril_indices", "triu_indices", "_efficientzerotensor")
+
+
+def _factory_impl(func):
+    info = OpInfo(func._schema.name.split("::")[-1] + ("." + func._overloadname if func._overloadname != "default" else ""),
+                  func, registry.find(func, jax_platform()))
+    # factory sizes and ranges decide shapes: keep every number static
+    info.scalar_pos = frozenset()
+    info.scalar_kw = frozenset()
+
+    def impl(*args, **kwargs):
+        if info.lowering is None:
+            raise RuntimeError(f"torch_xla: no lowering for factory aten::{info.name}")
+        kwargs.pop("pin_memory", None)
+        node, e = trace_node(info, args, kwargs)
+        return wrap(node, e)
+    return impl
+
+
+def _copy_from(src, dst, non_blocking=False):
+    # reached when PyTorch copies into an XLA tensor below the Python key
+    # (torch.tensor(data, device="xla"))
+    from .transfers import _copy_
+    return _copy_((dst, src), {})
+
+
+def _pin_memory_cpu(self, device=None):
+    # With `xla` registered, PyTorch takes it as the current accelerator and
+    # asks our hooks for a pinned-memory allocator, which a Python backend
+    # cannot provide: DataLoader(pin_memory=True) would fail for every user of
+    # this machine. Uploads go through JAX's host buffers, where pinning buys
+    # nothing, so pinning for `xla` is an honest copy; any other device (a CUDA
+    # build's `cuda`) keeps PyTorch's own pinned allocator.
+    if device is None or device.type == "xla":
+        if not torch.cuda.is_available():
+            return self.clone()
+        device = torch.device("cuda")
+    return torch.ops.aten._pin_memory.default._op_dk(
+        torch._C.DispatchKey.CompositeExplicitAutograd, self, device)
+
+
+def register():
+    global _registered, _lib, _cpu_lib
+    if _registered:
+        return
+    if not hasattr(torch._C, "_acc"):
+        raise ImportError("torch_xla needs torch>=2.10 (torch._C._acc for Python PrivateUse1 backends)")
+    if torch._C._get_privateuse1_backend_name() != "xla":
+        torch.utils.rename_privateuse1_backend("xla")
+    torch._register_device_module("xla", DeviceModule())
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    _lib = torch.library.Library("aten", "IMPL", "PrivateUse1")
+    for name in _FACTORIES + _EXTRA_FACTORIES:
+        func = registry._resolve(name if "." in name else name + ".default")
+        if func is None:
+            continue
+        _lib.impl(name, _factory_impl(func))
+    _cpu_lib = torch.library.Library("aten", "IMPL", "CPU")
+    _cpu_lib.impl("_pin_memory", _pin_memory_cpu)
+    from . import tensor
+    tensor._DEVICE = torch.device("xla", 0)
+    _lib.impl("_copy_from", _copy_from)
+    from . import autocast, autograd_errors
+    autograd_errors.install()
+    autocast.register()
+    _registered = True

@@ -1,0 +1,341 @@
+"""Choosing how an aten op runs on the XLA device, once per op.
+
+make_handler(func) classifies an overload by its schema and returns a
+handler(args, kwargs):
+  registered handler   ops with their own logic (copy_, item, random, ...)
+  view                 aliasing outputs (views.py)
+  in-place / out=      run the functional twin, then assign the result
+  lowered              one IR node (tracing.trace_node)
+  decomposed           torch._decomp rule run on XLA tensors (each sub-op traced)
+  fallback             run on the CPU (fallback.py), counted as aten::<op>
+"""
+import torch
+
+from . import fallback, tracing, views
+from ..ops import registry
+from ..runtime.platform import jax_platform
+from .tracing import OpInfo, trace_node, wrap
+
+aten = torch.ops.aten
+_infos = {}
+
+
+def op_info(func):
+    info = _infos.get(func)
+    if info is None:
+        name = func._schema.name.split("::")[-1]
+        if func._overloadname != "default":
+            name += "." + func._overloadname
+        info = _infos[func] = OpInfo(name, func, registry.find(func, jax_platform()), meta=registry.META.get(func) or registry.META.get(func.overloadpacket))
+        st = registry.static_args(func)
+        if st:
+            args = func._schema.arguments
+            info.scalar_pos = frozenset(i for i in info.scalar_pos if args[i].name not in st)
+            info.scalar_kw = info.scalar_kw - st
+    return info
+
+
+def _decomposition(func):
+    from torch._decomp import decomposition_table
+    return decomposition_table.get(func)
+
+
+def _is_view(schema):
+    rets = schema.returns
+    if not rets or not schema.arguments:
+        return False
+    a0 = schema.arguments[0].alias_info
+    if a0 is None or a0.is_write:
+        return False
+    r0 = rets[0].alias_info
+    return r0 is not None and not r0.is_write
+
+
+def _mutated_args(schema):
+    return [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _functional_twin(func):
+    """add_.Tensor -> add.Tensor; add.out -> add.Tensor (matching argument names)."""
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    ov = func._overloadname
+    if name.endswith("_") and not name.startswith("__"):
+        packet = getattr(aten, name[:-1], None)
+        if packet is not None:
+            sig = [(a.name, str(a.type)) for a in schema.arguments]
+            twin = getattr(packet, ov, None)
+            if twin is not None and not _mutated_args(twin._schema) \
+                    and [(a.name, str(a.type)) for a in twin._schema.arguments] == sig:
+                return twin
+            # same overload name, other signature (pow_.Scalar is pow.Tensor_Scalar)
+            for cand_name in packet.overloads():
+                cand = getattr(packet, cand_name)
+                if not _mutated_args(cand._schema) and [(a.name, str(a.type)) for a in cand._schema.arguments] == sig:
+                    return cand
+            if twin is not None and not _mutated_args(twin._schema):
+                return twin
+        return None
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return None
+    want = [a.name for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+    for cand_name in packet.overloads():
+        cand = getattr(packet, cand_name)
+        if _mutated_args(cand._schema):
+            continue
+        if [a.name for a in cand._schema.arguments] == want:
+            return cand
+    return None
+
+
+def _call(func, args, kwargs):
+    from .tensor import _handlers
+    h = _handlers.get(func)
+    if h is None:
+        h = _handlers[func] = make_handler(func)
+    return h(args, kwargs)
+
+
+def _functional_handler(info):
+    from ..ir.node import Node, OP
+    from .tensor import new_base
+    from .tracing import DeviceMismatch, device_mismatch_error, make_entry, walk_args
+    memo = info.memo
+
+    def h(args, kwargs):
+        # trace_node + wrap, inlined: this is the per-op hot path
+        try:
+            key, ops, hs = walk_args(args, kwargs, info)
+        except DeviceMismatch as exc:
+            raise device_mismatch_error(info.name, exc.args[0]) from None
+        e = memo.get(key)
+        if e is None:
+            e = memo[key] = make_entry(info, key, args, kwargs)
+        hs.append(e.hash)
+        node = Node(OP, e, tuple(ops), hash(tuple(hs)))
+        if e.out_struct is None:
+            return new_base((node, 0), e.out_avals[0])
+        return wrap(node, e)
+    return h
+
+
+def _decomp_handler(func, decomp):
+    def h(args, kwargs):
+        out = decomp(*args, **kwargs)
+        if out is NotImplemented:  # the rule does not cover these arguments
+            return fallback.run_on_cpu(func, args, kwargs)
+        return out
+    return h
+
+
+def _cast_to(v, from_aval, to_aval):
+    node, _ = trace_node(_CONVERT, (tracing.ValueArg(v, from_aval),), {"shape": to_aval[0], "dtype": to_aval[1]})
+    return (node, 0)
+
+
+def _convert_meta(x, *, shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _convert_lowering(x, *, shape, dtype):
+    import jax.numpy as jnp
+    from ..base.dtypes import to_jax
+    return jnp.broadcast_to(x.astype(to_jax(dtype)), shape)
+
+
+_CONVERT = OpInfo("_to_copy", None, _convert_lowering, meta=_convert_meta)
+
+
+def assign_result(target, result):
+    """Write XLA tensor `result` into `target` (cast/broadcast to target's aval)."""
+    if result._xb is None:
+        v = result._v
+    else:
+        v = views.view_value(result)
+    if result._aval != target._aval:
+        v = _cast_to(v, result._aval, target._aval)
+    views.assign(target, v)
+
+
+def _inplace_handler(func, twin):
+    twin_h = None
+    mut = _mutated_args(func._schema)
+    checked = set()
+
+    def h(args, kwargs):
+        nonlocal twin_h
+        if twin_h is None:
+            twin_h = lambda a, k: _call(twin, a, k)  # noqa: E731
+        res = twin_h(args, kwargs)
+        if mut == [0]:
+            targets = args[0]
+            if isinstance(targets, (list, tuple)):
+                for t, r in zip(targets, res):
+                    _check_inplace(func, t, r, args, kwargs, checked)
+                    assign_result(t, r)
+                return None
+            _check_inplace(func, targets, res, args, kwargs, checked)
+            assign_result(targets, res)
+            return targets
+        raise NotImplementedError(func)
+    return h
+
+
+def _check_inplace(func, target, res, args, kwargs, checked):
+    """Let PyTorch's own meta kernel reject what eager would (dtype casts, broadcasts)."""
+    if res._aval == target._aval:
+        return
+    key = (target._aval, res._aval)
+    if key in checked:
+        return
+    margs = tuple(tracing._meta_arg(a) for a in args)
+    mkw = {k: tracing._meta_arg(v) for k, v in kwargs.items()}
+    try:
+        func(*margs, **mkw)
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
+    checked.add(key)
+
+
+def _out_handler(func, twin):
+    schema = func._schema
+    out_names = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write and a.kwarg_only]
+    in_names = [a.name for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+
+    def h(args, kwargs):
+        kw = {k: v for k, v in kwargs.items() if k not in out_names}
+        outs = [kwargs[n] for n in out_names]
+        res = _call(twin, args, kw)
+        results = [res] if len(outs) == 1 else list(res)
+        for o, r in zip(outs, results):
+            if isinstance(o, torch.Tensor) and o.device.type != "xla":
+                o.copy_(r.cpu())
+                continue
+            if o._aval[0] != r._aval[0]:
+                # PyTorch resizes a wrong-shaped out= tensor (warning when it had elements)
+                views.resize_out(o, r._aval[0], schema.name.split("::")[-1])
+            assign_result(o, r)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    del in_names
+    return h
+
+
+_FOREACH_CANDIDATES = {
+    "default": ("default",),
+    "List": ("Tensor", "default", "Tensor_Tensor"),
+    "Tensor": ("Tensor", "default", "Tensor_Tensor"),
+    "Scalar": ("Scalar", "Tensor", "default", "Tensor_Scalar"),
+    "ScalarList": ("Scalar", "Tensor", "default", "Tensor_Scalar"),
+    "ScalarAndTensor": ("Scalar", "Scalar_Tensor"),
+}
+
+
+def _foreach_handler(func):
+    """_foreach_<op>[_] over lists: the per-tensor op, element by element (each
+    element is traced as usual, so the step stays one graph)."""
+    name = func._schema.name.split("::")[-1]
+    inplace = name.endswith("_")
+    base = name[len("_foreach_"):].rstrip("_")
+    if base == "norm":
+        elem_packet, cands = aten.linalg_vector_norm, ("default",)
+    else:
+        elem_packet = getattr(aten, base + ("_" if inplace else ""), None)
+        cands = _FOREACH_CANDIDATES.get(func._overloadname, ())
+    elem = None
+    for c in cands:
+        elem = getattr(elem_packet, c, None) if elem_packet is not None else None
+        if elem is not None:
+            break
+    if elem is None:
+        return fallback.handler(func)
+    arg_is_list = [("[]" in str(a.type) or "List" in str(a.type)) for a in func._schema.arguments]
+    arg_names = [a.name for a in func._schema.arguments]
+    n_pos = sum(1 for a in elem._schema.arguments if not a.kwarg_only)
+    kw_only = [a.name for a in elem._schema.arguments if a.kwarg_only]
+
+    def h(args, kwargs):
+        n = next(len(a) for a, is_list in zip(args, arg_is_list) if is_list)
+        outs = []
+        for i in range(n):
+            ai = []
+            for a, is_list, nm in zip(args, arg_is_list, arg_names):
+                if is_list:
+                    ai.append(a[i])
+                elif nm == "scalars" and isinstance(a, torch.Tensor):
+                    ai.append(a[i].item())
+                else:
+                    ai.append(a)
+            kw = dict(kwargs)
+            if base == "norm" and len(ai) > 1:
+                kw = {"ord": ai[1], **({"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {})}
+                ai = ai[:1]
+            elif len(ai) > n_pos:
+                kw.update(zip(kw_only, ai[n_pos:]))
+                ai = ai[:n_pos]
+            outs.append(_call(elem, tuple(ai), kw))
+        return None if inplace else outs
+    return h
+
+
+def _inplace_view_handler(func, twin):
+    """transpose_, t_, squeeze_, unsqueeze_, as_strided_, ...: the tensor object
+    takes the view's metadata (through .data, which PyTorch does not dispatch).
+    A view stays a view of its base; a base takes the view's value as its own
+    (other views of that base keep seeing the old layout's storage)."""
+    from ..ir import node as ir
+    from .tensor import _ref, pending
+
+    def h(args, kwargs):
+        t = args[0]
+        nv = _call(twin, args, kwargs)
+        torch._C.TensorBase.data.__set__(t, nv)  # metadata only (no dispatch)
+        if t._xb is None:
+            old = t._v
+            t._v = views.view_value(nv)
+            t._aval = nv._aval
+            t._gen += 1
+            if old[0].kind == ir.DATA and t._v[0].kind == ir.OP:
+                pending.append(_ref(t))
+        else:
+            t._xb, t._chain, t._aval, t._v, t._vgen = nv._xb, nv._chain, nv._aval, nv._v, nv._vgen
+        return t
+    return h
+
+
+def make_handler(func):
+    h = registry.HANDLERS.get(func) or registry.HANDLERS.get(func.overloadpacket)
+    if h is not None:
+        return h
+    schema = func._schema
+    if torch.Tag.inplace_view in func.tags:
+        twin = _functional_twin(func)
+        if twin is None and schema.name.split("::")[-1] in ("swapdims_", "swapaxes_"):
+            twin = aten.transpose.int
+        if twin is not None:
+            return _inplace_view_handler(func, twin)
+    if schema.name.startswith("aten::_foreach_"):
+        return _foreach_handler(func)
+    if _is_view(schema) and (op_info(func).lowering is not None
+                             or not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")):
+        # view ops with no lowering (to.dtype, movedim, ...) decompose below
+        return views.make_view_handler(op_info(func))
+    mut = _mutated_args(schema)
+    if mut:
+        twin = _functional_twin(func)
+        if twin is not None:
+            if mut == [0] and func._schema.arguments[0].name == "self" and not schema.name.endswith(".out"):
+                if not any(a.kwarg_only and a.alias_info and a.alias_info.is_write for a in schema.arguments):
+                    return _inplace_handler(func, twin)
+            if all(schema.arguments[i].kwarg_only for i in mut):
+                return _out_handler(func, twin)
+        return fallback.handler(func)
+    info = op_info(func)
+    if info.lowering is not None:
+        return _functional_handler(info)
+    decomp = _decomposition(func)
+    if decomp is not None:
+        return _decomp_handler(func, decomp)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return lambda args, kwargs: func.decompose(*args, **kwargs)
+    return fallback.handler(func)

@@ -1,0 +1,199 @@
+"""Barriers: turning pending IR into device data.
+
+sync() takes every live tensor with pending IR (or just the ones a host read
+needs), orders the graph, and keys it by structure: each op node's hash plus
+the positions of its operands, so two graphs share an executable exactly when
+they compute the same thing from inputs of the same avals. A miss replays the
+graph through the lowerings inside jax.jit and compiles it; a hit only feeds
+the new inputs. Inputs are device data leaves and one array per scalar dtype
+pool. Buffers that a full barrier overwrites (a parameter updated in place)
+are donated. Execution is asynchronous: outputs become the tensors' data as
+futures, and only host reads wait.
+"""
+import threading
+import time
+
+import numpy as np
+
+from ..base import config, events, metrics
+from ..compile import cache
+from ..ir import node as ir
+from ..ir.graph import Graph
+from ..runtime.platform import jax_device
+from . import mode, tensor
+
+_lock = cache.lock
+_donate_ok = config.get("XLA_ENABLE_PARAM_ALIASING") != "0"
+last_graph_info = {}
+step_closures = []
+
+
+class ExecutionError(RuntimeError):
+    pass
+
+
+def run(root_values, owners=(), donate=False, reason="user"):
+    """Compute root_values; -> list of jax.Arrays. `owners` are base tensors
+    whose previous data may be donated.
+
+    Events: `captured` (before anything runs, when subscribed), `compile_begin`
+    and `compiled` around a cache miss, `executed` after the launch, `failed`
+    when compiling or running raises (a subscriber may return a note that is
+    attached to the error)."""
+    with _lock:
+        g = Graph.capture(root_values)
+        if donate and _donate_ok and owners:
+            dset = {id(t._last_data) for t in owners if getattr(t, "_last_data", None) is not None
+                    and t._last_data.exclusive}
+            if dset:
+                g.donate(i for i, p in enumerate(g.params) if id(p) in dset)
+        key = g.key
+        exe = cache.lookup(key)
+        if not mode.allow_execution():
+            mode.unexpected_execution(g, reason)
+        if events.wanted("captured"):
+            events.emit("captured", graph=g, reason=reason, cached=exe is not None)
+        jax_device()  # brings the device (and a multi-process job) up before inputs move
+        inputs = g.inputs()
+        stage = "compile"
+        try:
+            if exe is None:
+                metrics.counter("UncachedCompile")
+                if events.wanted("compile_begin"):
+                    events.emit("compile_begin", graph=g, reason=reason)
+                exe = cache.compile_graph(g, inputs)
+                if events.wanted("compiled"):
+                    events.emit("compiled", graph=g, executable=exe, reason=reason)
+            else:
+                metrics.counter("CachedCompile")
+            last_graph_info.update(hash=exe.hash, n_params=len(g.params), n_nodes=len(g.order),
+                                   n_out=len(root_values))
+            stage = "run"
+            t0 = time.perf_counter_ns()
+            outs = exe.compiled(*inputs)
+            metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
+        except Exception as e:
+            if events.wanted("failed"):
+                for note in events.emit("failed", graph=g, stage=stage, error=e):
+                    try:
+                        e.add_note(note)
+                    except AttributeError:  # pragma: no cover - Python < 3.11
+                        pass
+            raise
+        if events.wanted("executed"):
+            events.emit("executed", graph=g, executable=exe, reason=reason)
+        for i in g.donated:
+            g.params[i].data = None
+        # executions on a device run in launch order: the latest outputs stand for all
+        _in_flight[:] = outs
+        return outs
+
+
+def pending_roots(tensors=None):
+    """IR values of `tensors` (None: every live base tensor with pending IR),
+    for dumps and graph hashes; nothing runs."""
+    from .views import view_value
+    if tensors is None:
+        out = []
+        seen = set()
+        for r in list(tensor.pending):
+            t = r()
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            if t._xb is None and t._v[0].kind == ir.OP:
+                out.append(t._v)
+        return out
+    out = []
+    for t in tensors:
+        if not hasattr(t, "_v"):
+            raise TypeError(f"expected XLA tensors, got a {type(t).__name__} on {getattr(t, 'device', '?')}")
+        out.append(t._v if t._xb is None else view_value(t))
+    return out
+
+
+def sync(tensors=None, wait=False, reason="user"):
+    """Execute pending IR. tensors=None: every live pending tensor (a full barrier)."""
+    with _lock:
+        if tensors is None:
+            bases = []
+            seen = set()
+            refs = tensor.pending[:]
+            tensor.pending.clear()
+            for r in refs:
+                t = r()
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                if t._v[0].kind == ir.OP:
+                    bases.append(t)
+            full = True
+            n_refs, n_dead = len(refs), len(refs) - len(seen)
+        else:
+            bases = []
+            seen = set()
+            for t in tensors:
+                b = t if t._xb is None else t._xb
+                if id(b) not in seen and b._v[0].kind == ir.OP:
+                    seen.add(id(b))
+                    bases.append(b)
+            full = False
+            compact_pending()
+        if bases:
+            values = [b._v for b in bases]
+            outs = run(values, owners=bases, donate=full, reason=reason)
+            for b, v, arr in zip(bases, values, outs):
+                if b._v is not v:
+                    # another thread (a loader's .to(xla)) wrote b while this ran: keep its value
+                    continue
+                node = ir.data_node(arr, *b._aval)
+                b._v = (node, 0)
+                b._gen += 1  # views re-derive from the data, not the executed IR
+                b._last_data = None
+        if wait:
+            for b in bases:
+                if b._v[0].kind == ir.DATA and b._v[0].data is not None:
+                    b._v[0].data.block_until_ready()
+        if full and events.wanted("barrier"):
+            events.emit("barrier", reason=reason, created=n_refs, dead=n_dead)
+    return bases
+
+
+def compact_pending():
+    """Loops that only read values (.item()) never reach a full barrier: drop the
+    weakrefs of tensors that died or were computed since they were recorded."""
+    if len(tensor.pending) > 8192:
+        tensor.pending[:] = [r for r in tensor.pending if (t := r()) is not None and t._v[0].kind == ir.OP]
+
+
+def materialize(value, aval):
+    """The jax.Array for one IR value (runs only the graph it needs)."""
+    node = value[0]
+    if node.kind == ir.DATA:
+        return node.data
+    if node.kind == ir.SCALAR:
+        from ..base.dtypes import to_jax
+        return np.asarray(node.data, dtype=node.entry).astype(to_jax(aval[1]))
+    compact_pending()
+    return run([value], reason="tensor access")[0]
+
+
+_in_flight = []
+
+
+def wait_device_ops():
+    """Block until every execution launched so far has finished."""
+    arrays = _in_flight[:]
+    _in_flight.clear()
+    for a in arrays:
+        try:
+            a.block_until_ready()
+        except RuntimeError:
+            pass  # donated or deleted since
+
+
+def run_step_closures():
+    closures = step_closures[:]
+    step_closures.clear()
+    for fn, args in closures:
+        fn(*args)

@@ -1,0 +1,153 @@
+"""XLATensor: the lazy tensor PyTorch sees on the `xla` device.
+
+A base tensor holds `_v`, an IR value (node, index): device data once
+executed, an op node while pending. A view holds `_base` (its root base) and
+`_chain` (the view steps from the base); its value is re-derived from the
+base whenever the base has changed since (see views.py). `_gen` counts a
+base's mutations.
+"""
+import weakref
+
+import torch
+
+from . import autograd_errors, mode, tracing
+
+_DEVICE = None  # torch.device("xla", 0), set once PrivateUse1 is renamed (device.register)
+
+
+class XLATensor(torch.Tensor):
+    # Python-level torch functions go straight to C++; all the work is in dispatch.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, *args, **kwargs):
+        raise TypeError("XLATensor is made by torch_xla; use tensor.to('xla')")
+
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        h = _handlers.get(func)
+        if h is None:
+            from .dispatch import make_handler
+            h = _handlers[func] = make_handler(func)
+        try:
+            return h(args, kwargs or {})
+        except Exception as e:
+            if not autograd_errors.on_worker_thread():
+                raise
+            return autograd_errors.defer(func, args, kwargs or {}, e)
+
+    __torch_dispatch__ = classmethod(__torch_dispatch__)
+
+    def __repr__(self, *, tensor_contents=None):
+        from .transfers import to_cpu
+        cpu = to_cpu(self)
+        contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
+        text = torch._tensor_str._str_intern(self, tensor_contents=contents)
+        return "tensor(" + text[len(type(self).__name__) + 1:]
+
+    __str__ = __repr__
+
+    @property
+    def is_xla(self):
+        # PyTorch's own flag tests its built-in XLA key; this device is PrivateUse1 named xla
+        return True
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    # `t.data = other` must carry the lazy value too (views.set_data)
+    @property
+    def data(self):
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        from .views import set_data
+        set_data(self, new)
+
+    def tolist(self):
+        from .transfers import to_cpu
+        return to_cpu(self).tolist()
+
+    def numpy(self, *, force=False):
+        if not force:
+            raise TypeError(
+                "can't convert xla:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.")
+        return self.cpu().numpy()
+
+    def __reduce_ex__(self, proto):
+        # torch.save stores XLA tensors as CPU tensors: the file loads anywhere,
+        # with weights_only=True too; move them back with .to("xla")
+        from .transfers import to_cpu
+        cpu = to_cpu(self)
+        if self.requires_grad:
+            cpu.requires_grad_(True)
+        return cpu.__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            out = self.clone()
+        out.requires_grad_(self.requires_grad)
+        memo[id(self)] = out
+        return out
+
+
+_handlers = {}
+_make = torch.Tensor._make_wrapper_subclass
+pending = []  # weakrefs to base tensors that became pending since the last barrier
+_ref = weakref.ref
+
+
+def new_base(v, aval):
+    """Wrap IR value v (node, index) with aval (shape, dtype) as a base tensor."""
+    t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
+    t._v = v
+    t._aval = aval
+    t._xb = None
+    t._gen = 0
+    if v[0].kind == 2:
+        pending.append(_ref(t))
+    return t
+
+
+def new_view(base, chain, aval, v, gen, geom=None):
+    """geom: (strides, storage_offset) the view has in eager PyTorch (None: contiguous)."""
+    if geom is None:
+        t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
+    else:
+        t = _make(XLATensor, aval[0], strides=geom[0], storage_offset=geom[1], dtype=aval[1], device=_DEVICE)
+    t._v = v
+    t._aval = aval
+    t._xb = base
+    t._chain = chain
+    t._vgen = gen
+    return t
+
+
+tracing._XLATensor = XLATensor
+
+
+_lazy_dispatch = XLATensor.__dict__["__torch_dispatch__"].__func__
+
+
+def _eager_dispatch(cls, func, types, args=(), kwargs=None):
+    # eager mode: run the pending graph after each top-level op
+    st = mode.state
+    depth = st.depth
+    st.depth = depth + 1
+    try:
+        out = _lazy_dispatch(cls, func, types, args, kwargs)
+    finally:
+        st.depth = depth
+    if depth == 0 and not st.lazy_region:
+        mode.run_eager_op()
+    return out
+
+
+def use_eager_dispatch(enable):
+    """Which dispatch XLATensor uses: per-op execution (eager) or lazy tracing.
+    Swapped rather than tested per op, so lazy tracing pays nothing for eager mode."""
+    XLATensor.__torch_dispatch__ = classmethod(_eager_dispatch if enable else _lazy_dispatch)

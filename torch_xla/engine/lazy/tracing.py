@@ -1,0 +1,369 @@
+"""From one aten call to one IR node.
+
+The hot path: walk the arguments once, building a key from the tensor avals,
+static arguments and scalar types; look the key up in the op's memo; on a hit,
+make a node and wrap its outputs. On a miss (the first time an op sees these
+shapes), work out output shapes with PyTorch's meta kernels, build the
+argument template the lowering will be called with, and check the lowering
+abstractly with jax.eval_shape so that errors surface at the user's line.
+"""
+
+import torch
+
+from ..base import config
+from ..base.dtypes import to_jax
+from ..base.frames import where
+from ..ir import node as ir
+from ..ir.node import _scalar_cache
+from ..ops.context import ctx  # noqa: F401  (rules and handlers read it)
+from ..ops.op import OpEntry, OpInfo, Slot, apply_entry  # noqa: F401
+
+NO_SPECIAL_SCALARS = config.flag("XLA_NO_SPECIAL_SCALARS")
+_SCALAR_TYPES = (float, int, bool, complex)
+_SKEY = {float: ("s", float), int: ("s", int), bool: ("s", bool), complex: ("s", complex)}
+_SKEY_F = _SKEY[float]
+
+
+class ValueArg:
+    """Duck-types an XLATensor in argument walks: a bare IR value with its aval."""
+    __slots__ = ("_v", "_aval", "_xb")
+
+    def __init__(self, v, aval):
+        self._v = v
+        self._aval = aval
+        self._xb = None
+
+
+# ---------------------------------------------------------------------------
+# argument walk
+
+_XLATensor = None  # set by tensor.py
+
+
+class DeviceMismatch(Exception):
+    pass
+
+
+def _walk(a, key, ops, hs, scalar):
+    t = type(a)
+    if t is _XLATensor or t is ValueArg:
+        key.append(a._aval)
+        v = a._v if a._xb is None else _view_value(a)
+        ops.append(v)
+        hs.append(v[0].hash + v[1])
+    elif t in _SCALAR_TYPES or (scalar and isinstance(a, _SCALAR_TYPES)):
+        if scalar and (NO_SPECIAL_SCALARS or (a != 0 and a != 1) or t is complex):
+            if t not in _SKEY:
+                a = (bool(a) if isinstance(a, bool) else int(a) if isinstance(a, int)
+                     else float(a) if isinstance(a, float) else complex(a))
+            v = ir.scalar_value(a)
+            key.append(_SKEY[type(a)])
+            ops.append(v)
+            hs.append(v[0].hash)
+        else:
+            key.append((t, a))
+    elif t is list or t is tuple:
+        key.append(t)
+        key.append(len(a))
+        for x in a:
+            _walk(x, key, ops, hs, scalar)
+    elif isinstance(a, torch.Tensor):
+        if isinstance(a, _XLATensor):
+            key.append(a._aval)
+            v = a._v if a._xb is None else _view_value(a)
+            ops.append(v)
+            hs.append(v[0].hash + v[1])
+        elif a.device.type == "meta":
+            raise RuntimeError("torch_xla: meta tensors cannot be mixed with XLA tensors")
+        elif a.dim() == 0:
+            # a CPU 0-dim tensor joins like a scalar of its dtype
+            v = _cpu_scalar(a)
+            key.append(("c0", a.dtype))
+            ops.append(v)
+            hs.append(v[0].hash)
+        else:
+            raise DeviceMismatch(a)
+    else:
+        try:
+            hash(a)
+        except TypeError:
+            a = repr(a)
+        key.append(a)
+
+
+def _cpu_scalar(a):
+    return ir.scalar_value(a.item(), to_jax(a.dtype).name)
+
+
+def _view_value(t):
+    from .views import view_value
+    return view_value(t)
+
+
+def walk_args(args, kwargs, info):
+    """-> (key tuple, operand values list, operand hash list)."""
+    key = []
+    ops = []
+    hs = []
+    sp = info.scalar_pos
+    for i, a in enumerate(args):
+        t = type(a)
+        if t is _XLATensor:
+            key.append(a._aval)
+            v = a._v if a._xb is None else _view_value(a)
+            ops.append(v)
+            hs.append(v[0].hash + v[1])
+        elif t is float and i in sp and not NO_SPECIAL_SCALARS and a != 0 and a != 1:
+            # the hot case: a Python float operand (lr, eps, a constant factor)
+            v = _scalar_cache.get(("float64", float, a))
+            if v is None:
+                v = ir.scalar_value(a)
+            key.append(_SKEY_F)
+            ops.append(v)
+            hs.append(v[0].hash)
+        else:
+            _walk(a, key, ops, hs, i in sp)
+    if kwargs:
+        sk = info.scalar_kw
+        for k, a in kwargs.items():
+            key.append(k)
+            _walk(a, key, ops, hs, k in sk)
+    return tuple(key), ops, hs
+
+
+# ---------------------------------------------------------------------------
+# templates and meta shapes
+
+def _template(a, counter, scalar):
+    t = type(a)
+    if isinstance(a, torch.Tensor) or t is ValueArg:
+        if isinstance(a, torch.Tensor) and not isinstance(a, _XLATensor) and a.device.type != "xla" and a.dim() != 0:
+            raise DeviceMismatch(a)
+        s = Slot(counter[0])
+        counter[0] += 1
+        return s
+    if isinstance(a, _SCALAR_TYPES) and scalar and (NO_SPECIAL_SCALARS or (a != 0 and a != 1) or isinstance(a, complex)):
+        s = Slot(counter[0])
+        counter[0] += 1
+        return s
+    if t is list or t is tuple:
+        return t(_template(x, counter, scalar) for x in a)
+    return a
+
+
+def _meta_arg(a):
+    if isinstance(a, torch.Tensor) or type(a) is ValueArg:
+        if isinstance(a, torch.Tensor) and not isinstance(a, _XLATensor):
+            return a  # CPU 0-dim
+        shape, dtype = a._aval
+        return torch.empty(shape, dtype=dtype, device="meta")
+    if type(a) in (list, tuple):
+        return type(a)(_meta_arg(x) for x in a)
+    if isinstance(a, torch.device) and a.type == "xla":
+        return torch.device("meta")
+    return a
+
+
+def _flatten_out(out):
+    """meta result -> (avals list, struct). struct: None (one tensor), or a tuple
+    describing a tuple/list with None holes."""
+    if isinstance(out, torch.Tensor):
+        return [(tuple(out.shape), out.dtype)], None
+    if isinstance(out, (tuple, list)):
+        avals = []
+        struct = []
+        for o in out:
+            if o is None:
+                struct.append(None)
+            elif isinstance(o, torch.Tensor):
+                struct.append(len(avals))
+                avals.append((tuple(o.shape), o.dtype))
+            elif isinstance(o, (list, tuple)):
+                sub = []
+                for oo in o:
+                    sub.append(len(avals))
+                    avals.append((tuple(oo.shape), oo.dtype))
+                struct.append(tuple(sub))
+            else:
+                raise NotImplementedError(f"op returns {type(o).__name__}")
+        return avals, (type(out), tuple(struct))
+    raise NotImplementedError(f"op returns {type(out).__name__}")
+
+
+def describe_args(args, kwargs):
+    def d(a):
+        if isinstance(a, torch.Tensor) or type(a) is ValueArg:
+            shape, dtype = a._aval if hasattr(a, "_aval") else (tuple(a.shape), a.dtype)
+            dev = "" if hasattr(a, "_aval") else f"@{a.device}"
+            return f"{str(dtype).replace('torch.', '')}{list(shape)}{dev}"
+        if isinstance(a, (list, tuple)):
+            return "[" + ", ".join(d(x) for x in a) + "]"
+        return repr(a)
+    parts = [d(a) for a in args] + [f"{k}={d(v)}" for k, v in (kwargs or {}).items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+class LoweringError(RuntimeError):
+    pass
+
+
+def op_error(info, args, kwargs, exc, what="lowering failed"):
+    return LoweringError(
+        f"torch_xla: {what} for aten::{info.name}{describe_args(args, kwargs)}\n"
+        f"  at {where()}\n  cause: {type(exc).__name__}: {exc}")
+
+
+def make_entry(info, key, args, kwargs):
+    counter = [0]
+    sp, sk = info.scalar_pos, info.scalar_kw
+    try:
+        tmpl = tuple(_template(a, counter, i in sp) for i, a in enumerate(args))
+        kwt = {k: _template(v, counter, k in sk) for k, v in (kwargs or {}).items()}
+    except DeviceMismatch as e:
+        raise device_mismatch_error(info.name, e.args[0]) from None
+    margs = tuple(_meta_arg(a) for a in args)
+    mkw = {k: _meta_arg(v) for k, v in (kwargs or {}).items()}
+    try:
+        if info.meta is not None:
+            out = info.meta(*margs, **mkw)
+        else:
+            out = info.func(*margs, **mkw)
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        msg = str(e)
+        raise type(e)(f"{msg}\n  [torch_xla] while tracing aten::{info.name}{describe_args(args, kwargs)} at {where()}") from None
+    avals, struct = _flatten_out(out)
+    e = OpEntry()
+    e.info = info
+    e.name = info.name
+    e.static_key = key
+    # repr: ints hash modulo 2**61-1, so hash(2**63-1) == hash(3) and a[1:] would
+    # share a graph key with a[1:3]
+    e.hash = hash((info.name, repr(key)))
+    e.out_avals = avals
+    e.out_struct = struct
+    e.template = tmpl
+    e.kwtemplate = kwt
+    e.cast = None
+    e.common_dtype = None
+    in_avals = []
+    for a in list(args) + list((kwargs or {}).values()):
+        _collect_avals(a, in_avals)
+    e.in_avals = in_avals
+    if len(margs) >= 2 and _promotable(margs[0]) and _promotable(margs[1]):
+        try:
+            e.common_dtype = torch.result_type(margs[0], margs[1])
+        except Exception:  # noqa: BLE001
+            pass
+    if not config.flag("XLA_SKIP_LOWERING_CHECK"):
+        _check_entry(e, args, kwargs)
+    return e
+
+
+def _promotable(a):
+    return isinstance(a, (torch.Tensor, int, float, bool, complex))
+
+
+def _collect_avals(a, out):
+    if type(a) is ValueArg or isinstance(a, _XLATensor):
+        out.append(a._aval)
+    elif isinstance(a, (list, tuple)):
+        for x in a:
+            _collect_avals(x, out)
+
+
+def device_mismatch_error(name, cpu_tensor):
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"xla:0 and {cpu_tensor.device}! (aten::{name} got a {cpu_tensor.device} tensor of shape "
+        f"{list(cpu_tensor.shape)} at {where()}; move it with .to('xla') or move the XLA tensor with .cpu())")
+
+
+# ---------------------------------------------------------------------------
+# applying an entry to JAX arrays (graph replay and the abstract check)
+
+def _check_entry(e, args, kwargs):
+    """Run the lowering abstractly; record dtype fix-ups; raise with the user's line."""
+    import jax
+    import numpy as np
+    specs = []
+
+    def spec_of(a):
+        if type(a) is ValueArg or isinstance(a, _XLATensor):
+            shape, dt = a._aval
+            return jax.ShapeDtypeStruct(shape, to_jax(dt))
+        if isinstance(a, torch.Tensor):
+            return jax.ShapeDtypeStruct((), to_jax(a.dtype))
+        return jax.ShapeDtypeStruct((), np.dtype(ir._POOL_OF[type(a)]))
+
+    def collect(a, scalar):
+        if isinstance(a, torch.Tensor) or type(a) is ValueArg:
+            specs.append(spec_of(a))
+        elif isinstance(a, _SCALAR_TYPES) and scalar and (NO_SPECIAL_SCALARS or (a != 0 and a != 1) or isinstance(a, complex)):
+            specs.append(spec_of(a))
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                collect(x, scalar)
+
+    for i, a in enumerate(args):
+        collect(a, i in e.info.scalar_pos)
+    for k, v in (kwargs or {}).items():
+        collect(v, k in e.info.scalar_kw)
+    try:
+        outs = jax.eval_shape(lambda *xs: apply_entry(e, xs), *specs)
+    except Exception as exc:  # noqa: BLE001 - report any lowering bug at the user's line
+        raise op_error(e.info, args, kwargs, exc) from exc
+    if len(outs) != len(e.out_avals):
+        raise op_error(e.info, args, kwargs, ValueError(
+            f"lowering returned {len(outs)} outputs, PyTorch expects {len(e.out_avals)}"))
+    cast = []
+    need = False
+    for o, (shape, dt) in zip(outs, e.out_avals):
+        if tuple(o.shape) != tuple(shape):
+            raise op_error(e.info, args, kwargs, ValueError(
+                f"lowering produced shape {tuple(o.shape)}, PyTorch expects {tuple(shape)}"))
+        jd = to_jax(dt)
+        if np.dtype(o.dtype) != jd:
+            cast.append(jd)
+            need = True
+        else:
+            cast.append(None)
+    if need:
+        e.cast = tuple(cast)
+
+
+# ---------------------------------------------------------------------------
+# the hot path
+
+_Node = ir.Node
+_OP = ir.OP
+
+
+def trace_node(info, args, kwargs):
+    """Record info(*args, **kwargs) as a node; -> (node, entry)."""
+    try:
+        key, ops, hs = walk_args(args, kwargs, info)
+    except DeviceMismatch as e:
+        raise device_mismatch_error(info.name, e.args[0]) from None
+    e = info.memo.get(key)
+    if e is None:
+        e = info.memo[key] = make_entry(info, key, args, kwargs)
+    hs.append(e.hash)
+    return _Node(_OP, e, tuple(ops), hash(tuple(hs))), e
+
+
+def wrap(node, e):
+    """New base tensors for a node's outputs, in the op's return structure."""
+    from .tensor import new_base
+    if e.out_struct is None:
+        return new_base((node, 0), e.out_avals[0])
+    typ, struct = e.out_struct
+    avals = e.out_avals
+    out = []
+    for s in struct:
+        if s is None:
+            out.append(None)
+        elif type(s) is tuple:
+            out.append([new_base((node, i), avals[i]) for i in s])
+        else:
+            out.append(new_base((node, s), avals[s]))
+    return typ(out)

@@ -1,0 +1,164 @@
+"""Moving tensors between the host and the device, and host reads.
+
+Every upload is counted in TransferToDeviceTime, every read in
+TransferFromDeviceTime; a read executes only the graph the tensor needs.
+"""
+import time
+
+import jax
+import numpy as np
+import torch
+
+from ..ir import node as ir
+from ..base import metrics
+from . import views
+from ..base.dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
+from .executor import materialize
+from ..ops.registry import handler
+from ..runtime.platform import jax_device
+
+
+def upload_array(cpu):
+    t0 = time.perf_counter_ns()
+    arr = storage_array(torch_to_numpy(cpu), cpu.dtype)
+    out = jax.device_put(np.array(arr, copy=True), jax_device())
+    metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
+    metrics.metric("InboundData", arr.nbytes, kind="bytes")
+    return out
+
+
+def upload_node(cpu):
+    return ir.data_node(upload_array(cpu), tuple(cpu.shape), cpu.dtype)
+
+
+def value_of(t):
+    return t._v if t._xb is None else views.view_value(t)
+
+
+def device_array(t):
+    """The jax.Array holding t's current value (runs pending IR)."""
+    base = t._xb
+    if base is not None and base._v[0].kind == ir.OP:
+        from .executor import sync
+        sync([base], reason="tensor access")
+    v = value_of(t)
+    arr = materialize(v, t._aval)
+    if t._xb is None and t._v is v and v[0].kind == ir.OP:
+        t._v = (ir.data_node(arr, *t._aval), 0)
+        t._gen += 1
+        t._last_data = None
+    return arr
+
+
+def to_cpu(t):
+    arr = device_array(t)
+    t0 = time.perf_counter_ns()
+    host = np.asarray(arr)
+    out = numpy_to_torch(host, t._aval[1])
+    metrics.metric("TransferFromDeviceTime", time.perf_counter_ns() - t0)
+    metrics.metric("OutboundData", host.nbytes, kind="bytes")
+    return out
+
+
+@handler("copy_.default")
+def _copy_(args, kwargs):
+    dst, src = args[0], args[1]
+    from .tensor import XLATensor
+    from .dispatch import assign_result, _cast_to
+    if not isinstance(dst, XLATensor):
+        with torch.no_grad():
+            dst.copy_(to_cpu(src))
+        return dst
+    if isinstance(src, XLATensor):
+        assign_result(dst, src)
+        return dst
+    node = upload_node(src)
+    v = (node, 0)
+    aval = (tuple(src.shape), src.dtype)
+    if aval != dst._aval:
+        v = _cast_to(v, aval, dst._aval)
+    views.assign(dst, v, fresh=True)
+    return dst
+
+
+@handler("_to_copy.default")
+def _to_copy(args, kwargs):
+    x = args[0]
+    device = kwargs.get("device")
+    dtype = kwargs.get("dtype") or x.dtype
+    if device is not None and torch.device(device).type != "xla":
+        out = to_cpu(x)
+        if out.dtype != dtype:
+            out = out.to(dtype)
+        if kwargs.get("pin_memory"):
+            out = out.pin_memory()
+        return out
+    from .dispatch import _cast_to
+    from .tensor import new_base
+    aval = (x._aval[0], dtype)
+    return new_base(_cast_to(value_of(x), x._aval, aval), aval)
+
+
+@handler("_local_scalar_dense.default")
+def _item(args, kwargs):
+    t = args[0]
+    if t.numel() != 1:
+        raise RuntimeError(f"a Tensor with {t.numel()} elements cannot be converted to Scalar")
+    metrics.counter("aten::_local_scalar_dense")
+    return to_cpu(t).item()
+
+
+@handler("is_nonzero.default")
+def _is_nonzero(args, kwargs):
+    t = args[0]
+    if t.numel() != 1:
+        # PyTorch's own message, without reading the tensor
+        torch.is_nonzero(torch.empty(t.shape, dtype=t.dtype))
+    metrics.counter("aten::_local_scalar_dense")
+    return bool(to_cpu(t).item())
+
+
+@handler("equal.default")
+def _equal(args, kwargs):
+    metrics.counter("aten::equal")
+    return torch.equal(to_cpu(args[0]), to_cpu(args[1]))
+
+
+@handler("detach.default", "alias.default", "lift_fresh.default")
+def _detach(args, kwargs):
+    return views.alias(args[0])
+
+
+@handler("detach_.default")
+def _detach_(args, kwargs):
+    return args[0]
+
+
+@handler("resize_.default")
+def _resize_(args, kwargs):
+    return views.resize(args[0], args[1])
+
+
+@handler("resize_as_.default")
+def _resize_as_(args, kwargs):
+    return views.resize(args[0], args[1].shape)
+
+
+@handler("set_.source_Tensor")
+def _set_tensor(args, kwargs):
+    return views._make_alias_of(args[0], args[1])
+
+
+@handler("set_.default")
+def _set_empty(args, kwargs):
+    return views.set_empty(args[0])
+
+
+@handler("set_.source_Storage", "set_.source_Storage_storage_offset")
+def _set_storage(args, kwargs):
+    raise RuntimeError(
+        "torch_xla: set_ with a Storage is not supported on XLA tensors (XLA tensors have no storage); "
+        "use set_(tensor) or tensor.data = other")
+
+
+del to_jax

@@ -1,0 +1,354 @@
+"""Graph dumps: IR text and DOT, HLO and StableHLO of pending tensors.
+
+`_get_xla_tensors_text` prints the IR the way upstream does
+(`IR { %0 = f32[2,2]{1,0} xla::device_data(), ... }`); HLO and StableHLO
+come from lowering the same replay function the executor compiles
+(`jax.jit(fn).lower(...)`), fed abstract inputs so nothing runs and no
+buffer is touched. XLA_SAVE_TENSORS_FILE / XLA_SAVE_TENSORS_FMT append one
+record per executed graph; XLA_SAVE_HLO_FILE keeps the graph that failed to
+compile or run. With XLA_IR_DEBUG / XLA_HLO_DEBUG, nodes carry the user's
+line (ir/node.py): `location=` in the IR, and a named
+scope `aten::op(file:line)` in the HLO op_name metadata.
+"""
+import os
+import threading
+
+from ..base import config
+from ..ir import node as ir
+from ..ir.graph import Graph, op_name, op_scope, xla_shape  # noqa: F401  (re-exported)
+from ..lazy.executor import pending_roots as roots_of  # noqa: F401
+from ..ops.context import LoweringContext
+
+_lock = threading.Lock()
+
+
+def env_flag(name):
+    return config.flag(name)
+
+
+def ordinal_path(path):
+    """`path.<ordinal>` when the job has more than one process (upstream's GetEnvOrdinalPath)."""
+    if not path or path in ("STDOUT", "STDERR"):
+        return path
+    from ..runtime import topology
+    if topology.world_size() > 1:
+        return f"{path}.{topology.rank()}"
+    return path
+
+
+def node_location(node):
+    src = getattr(node, "src", None)
+    if src is None:
+        return None
+    fn, file, line = src
+    return f"{fn}@{os.path.basename(file)}:{line}"
+
+
+# ---------------------------------------------------------------------------
+# which values to dump
+
+def _graph(values):
+    return values if isinstance(values, Graph) else Graph.capture(values)
+
+
+def _n_outputs(node):
+    if node.kind == ir.OP:
+        return len(node.entry.out_avals)
+    return 1
+
+
+def _node_shape(node, index=0):
+    if node.kind == ir.OP:
+        shape, dtype = node.entry.out_avals[index]
+        return xla_shape(shape, dtype)
+    if node.kind == ir.DATA:
+        shape, dtype = node.entry
+        return xla_shape(shape, dtype)
+    return xla_shape((), node.entry)
+
+
+def _node_shape_text(node):
+    if node.kind == ir.OP and len(node.entry.out_avals) > 1:
+        return "(" + ", ".join(_node_shape(node, i) for i in range(len(node.entry.out_avals))) + ")"
+    return _node_shape(node)
+
+
+def _static_tags(entry):
+    """name=value tags for an op's static (non-tensor) arguments."""
+    from ..ops.op import Slot
+    tags = []
+    info = entry.info
+    names = None
+    if info is not None and info.func is not None:
+        try:
+            names = [a.name for a in info.func._schema.arguments]
+        except Exception:  # noqa: BLE001
+            names = None
+
+    def has_slot(x):
+        if type(x) is Slot:
+            return True
+        if isinstance(x, (list, tuple)):
+            return any(has_slot(y) for y in x)
+        return False
+
+    for i, a in enumerate(entry.template):
+        if has_slot(a) or a is None:
+            continue
+        name = names[i] if names is not None and i < len(names) else f"arg{i}"
+        tags.append((name, _fmt_static(a)))
+    for k, a in (entry.kwtemplate or {}).items():
+        if has_slot(a) or a is None:
+            continue
+        tags.append((k, _fmt_static(a)))
+    return tags
+
+
+def _fmt_static(a):
+    if isinstance(a, (list, tuple)):
+        return "(" + ", ".join(_fmt_static(x) for x in a) + ")"
+    return str(a).replace("torch.", "")
+
+
+def _device_name():
+    try:
+        from ..runtime.platform import jax_device
+        d = jax_device()
+        return f"{d.platform.upper()}:{d.id}"
+    except Exception:  # noqa: BLE001
+        return "CPU:0"
+
+
+# ---------------------------------------------------------------------------
+# IR text and DOT
+
+def to_text(values):
+    g = _graph(values)
+    values = g.roots
+    order = g.nodes
+    ids = {id(n): i for i, n in enumerate(order)}
+    roots = {}
+    for i, v in enumerate(values):
+        roots.setdefault(id(v[0]), i)
+    dev = _device_name()
+    lines = ["IR {"]
+    for n in order:
+        shape = _node_shape_text(n)
+        if n.kind == ir.OP:
+            args = []
+            for child, idx in n.operands:
+                s = f"%{ids[id(child)]}"
+                if _n_outputs(child) > 1:
+                    s += f".{idx}"
+                args.append(s)
+            text = f"  %{ids[id(n)]} = {shape} {op_name(n.entry)}({', '.join(args)}), xla_shape={shape}"
+            for k, val in _static_tags(n.entry):
+                text += f", {k}={val}"
+        elif n.kind == ir.DATA:
+            text = f"  %{ids[id(n)]} = {shape} xla::device_data(), xla_shape={shape}, device={dev}"
+        else:
+            text = f"  %{ids[id(n)]} = {shape} xla::device_data(), xla_shape={shape}, device={dev}, scalar={n.data!r}"
+        loc = node_location(n)
+        if loc:
+            text += f", location={loc}"
+        if id(n) in roots:
+            text += f", ROOT={roots[id(n)]}"
+        lines.append(text)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def to_dot(values):
+    g = _graph(values)
+    values = g.roots
+    order = g.nodes
+    ids = {id(n): i for i, n in enumerate(order)}
+    roots = {}
+    for i, v in enumerate(values):
+        roots.setdefault(id(v[0]), i)
+    lines = ["digraph G {"]
+    for n in order:
+        if n.kind == ir.OP:
+            label = f"{op_name(n.entry)}\\n{_node_shape_text(n)}"
+            for k, val in _static_tags(n.entry):
+                val = val if len(val) < 64 else val[:64] + "..."
+                label += f"\\n{k}={val}"
+        else:
+            label = f"xla::device_data\\n{_node_shape_text(n)}"
+        loc = node_location(n)
+        if loc:
+            label += f"\\nlocation={loc}"
+        if id(n) in roots:
+            label += f"\\nROOT={roots[id(n)]}"
+        label = label.replace('"', '\\"')
+        lines.append(f"  node{ids[id(n)]} [label=\"{label}\"]")
+    for n in reversed(order):
+        nid = ids[id(n)]
+        ops = n.operands
+        for i, (child, idx) in enumerate(ops):
+            edge = f"  node{ids[id(child)]} -> node{nid}"
+            multi = _n_outputs(child) > 1
+            if len(ops) > 1:
+                edge += f" [label=\"i={i}" + (f",o={idx}" if multi else "") + "\"]"
+            elif multi:
+                edge += f" [label=\"o={idx}\"]"
+            lines.append(edge)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# HLO / StableHLO
+
+def _hlo_debug():
+    return env_flag("XLA_HLO_DEBUG") or env_flag("XLA_IR_DEBUG")
+
+
+def lower(values):
+    """jax Lowered for the graph computing `values` (abstract inputs: runs nothing)."""
+    import jax
+    from ..base.dtypes import to_jax
+    from ..runtime.platform import jax_platform
+    g = _graph(values)
+    fn = g.build_fn(LoweringContext(jax_platform(), scope=op_scope if _hlo_debug() else None))
+    fn.__name__ = "IrToHlo"
+    return jax.jit(fn).lower(*g.input_specs(to_jax))
+
+
+def to_hlo(values):
+    if not _graph(values).roots:
+        return ""
+    return lower(values).as_text(dialect="hlo", debug_info=_hlo_debug())
+
+
+def to_stablehlo(values):
+    if not _graph(values).roots:
+        return ""
+    return lower(values).as_text(debug_info=_hlo_debug())
+
+
+def stablehlo_text(tensors=None):
+    """xm.get_stablehlo: StableHLO text of the graph computing `tensors`
+    (None: every live tensor with pending IR)."""
+    return to_stablehlo(roots_of(tensors))
+
+
+def stablehlo_bytecode(tensors=None):
+    """xm.get_stablehlo_bytecode: the same module as MLIR bytecode."""
+    values = roots_of(tensors)
+    if not values:
+        return b""
+    from jax._src.interpreters import mlir
+    return mlir.module_to_bytecode(lower(values).compiler_ir("stablehlo"))
+
+
+# ---------------------------------------------------------------------------
+# XLA_SAVE_TENSORS_FILE, XLA_SAVE_HLO_FILE
+
+def save_tensors_file():
+    return ordinal_path(config.get("XLA_SAVE_TENSORS_FILE") or "")
+
+
+def save_format():
+    fmt = (config.get("XLA_SAVE_TENSORS_FMT") or "text").lower()
+    if fmt not in ("text", "dot", "hlo", "stablehlo"):
+        raise ValueError(f"XLA_SAVE_TENSORS_FMT={fmt!r}: expected text, dot, hlo or stablehlo")
+    return fmt
+
+
+def render(values, fmt):
+    if fmt == "text":
+        return to_text(values)
+    if fmt == "dot":
+        return to_dot(values)
+    if fmt == "hlo":
+        return to_hlo(values)
+    return to_stablehlo(values)
+
+
+def graph_record(name, values, frames, graph_hash, fmt, root_hashes=None):
+    """One upstream-style record: [name], frames, root hashes, the graph, its hash."""
+    lines = [f"[{name}]", "TensorsGraphInfo:"]
+    for fn, file, line in frames:
+        lines.append(f"  {fn} ({file}:{line})")
+    values = _graph(values)
+    hashes = root_hashes if root_hashes is not None else [f"{(v[0].hash + v[1]) & ((1 << 64) - 1):016x}" for v in values.roots]
+    lines.append("")
+    lines.append("Root Hashes: (" + ", ".join(hashes) + ")")
+    lines.append("")
+    lines.append("## BEGIN_GRAPH")
+    text = render(values, fmt)
+    lines.append(text.rstrip("\n"))
+    lines.append(f"Graph Hash: {graph_hash}")
+    lines.append("")
+    lines.append("## END_GRAPH")
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+_hlo_cache = {}
+
+
+def save_graph(values, frames, graph_hash, name="SyncTensorsGraph"):
+    path = save_tensors_file()
+    values = _graph(values)
+    if not path:
+        return
+    fmt = save_format()
+    if fmt in ("hlo", "stablehlo"):
+        key = (graph_hash, fmt)
+        rec = _hlo_cache.get(key)
+        if rec is None:
+            rec = _hlo_cache[key] = render(values, fmt)
+        body = rec
+    else:
+        body = None
+    lines = [f"[{name}]", "TensorsGraphInfo:"]
+    for fn, file, line in frames:
+        lines.append(f"  {fn} ({file}:{line})")
+    hashes = [f"{(v[0].hash + v[1]) & ((1 << 64) - 1):016x}" for v in values.roots]
+    lines += ["", "Root Hashes: (" + ", ".join(hashes) + ")", "", "## BEGIN_GRAPH",
+              (body if body is not None else render(values, fmt)).rstrip("\n"),
+              f"Graph Hash: {graph_hash}", "", "## END_GRAPH", "", ""]
+    _append(path, "\n".join(lines))
+
+
+def _append(path, text):
+    import sys
+    if path == "STDOUT":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    if path == "STDERR":
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return
+    with _lock:
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(text)
+
+
+def save_failing_hlo(values, stage, exc):
+    """XLA_SAVE_HLO_FILE: write the HLO of a graph that failed to compile or run.
+    Returns the path written, or None."""
+    path = ordinal_path(config.get("XLA_SAVE_HLO_FILE") or "")
+    if not path:
+        return None
+    values = _graph(values)
+    try:
+        text = to_hlo(values)
+    except Exception as e:  # noqa: BLE001 - fall back to the IR when lowering itself failed
+        text = f"// lowering to HLO failed ({type(e).__name__}: {e}); IR follows\n" + to_text(values)
+    header = f"// torch_xla: graph failed to {stage}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
+    with _lock:
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(header + text)
+    return path
+
+

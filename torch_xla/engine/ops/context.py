@@ -1,0 +1,45 @@
+"""The lowering context: what a rule may know beyond its arguments.
+
+A graph is replayed under one `LoweringContext` (the platform it compiles
+for, the collective mesh axis and its size in a multi-process program, a
+named-scope function for HLO metadata). `Graph.build_fn(ctx)` installs it
+with `lowering(ctx)` while the rules run; rules read the installed values
+from `ctx` (`ctx.entry` is the OpEntry being lowered: the output avals
+PyTorch decided; `ctx.token` chains collectives within one graph).
+"""
+import contextlib
+import threading
+
+
+class LoweringContext:
+    """Per-graph lowering state, handed to Graph.build_fn."""
+    __slots__ = ("platform", "axis", "size", "scope")
+
+    def __init__(self, platform=None, axis=None, size=1, scope=None):
+        self.platform = platform  # JAX platform name ('cpu', 'cuda', 'tpu'), None: any
+        self.axis = axis          # mesh axis collectives reduce over (None: no job program)
+        self.size = size          # participants on that axis
+        self.scope = scope        # node -> jax.named_scope name, or None
+
+
+class _Current(threading.local):
+    entry = None
+    platform = None
+    axis = None
+    size = 1
+    token = None
+    scope = None
+
+
+ctx = _Current()
+
+
+@contextlib.contextmanager
+def lowering(c):
+    """Run rules under LoweringContext `c` (restores the previous one after)."""
+    saved = (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope)
+    ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope = c.platform, c.axis, c.size, None, c.scope
+    try:
+        yield ctx
+    finally:
+        ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope = saved

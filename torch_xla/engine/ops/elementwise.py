@@ -1,0 +1,516 @@
+"""Elementwise rules: arithmetic, comparisons, unary math, where/clamp, casts.
+
+PyTorch decides result dtypes (ctx.entry.out_avals, from its meta kernels);
+arithmetic runs in the output dtype, comparisons in PyTorch's common dtype.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..base.dtypes import to_jax
+from .registry import ctx, lower
+
+
+def _od():
+    return ctx.entry.out_dtype(0)
+
+
+def _cd():
+    c = ctx.entry.common_dtype
+    return to_jax(c) if c is not None else None
+
+
+def _as(x, dt):
+    if isinstance(x, (int, float, bool, complex)):
+        return jnp.asarray(x, dt)
+    return x if x.dtype == dt else x.astype(dt)
+
+
+def _is_float(dt):
+    return jnp.issubdtype(dt, jnp.inexact)
+
+
+# -- arithmetic -------------------------------------------------------------
+
+@lower("add.Tensor", "add.Scalar")
+def _add(a, b, alpha=1):
+    dt = _od()
+    a, b = _as(a, dt), _as(b, dt)
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        b = b * _as(alpha, dt)
+    return a + b if dt != jnp.bool_ else a | b
+
+
+@lower("sub.Tensor", "sub.Scalar")
+def _sub(a, b, alpha=1):
+    dt = _od()
+    a, b = _as(a, dt), _as(b, dt)
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        b = b * _as(alpha, dt)
+    return a - b
+
+
+@lower("rsub.Tensor", "rsub.Scalar")
+def _rsub(a, b, alpha=1):
+    return _sub(b, a, alpha)
+
+
+@lower("mul.Tensor", "mul.Scalar")
+def _mul(a, b):
+    dt = _od()
+    if dt == jnp.bool_:
+        return _as(a, dt) & _as(b, dt)
+    return _as(a, dt) * _as(b, dt)
+
+
+@lower("div.Tensor", "div.Scalar", "true_divide.Tensor", "true_divide.Scalar")
+def _div(a, b):
+    dt = _od()
+    return _as(a, dt) / _as(b, dt)
+
+
+@lower("div.Tensor_mode", "div.Scalar_mode")
+def _div_mode(a, b, rounding_mode=None):
+    dt = _od()
+    if rounding_mode is None:
+        return _as(a, dt) / _as(b, dt)
+    a, b = _as(a, dt), _as(b, dt)
+    if rounding_mode == "trunc":
+        if _is_float(dt):
+            return jnp.trunc(a / b)
+        return lax.div(a, b)
+    if _is_float(dt):
+        return jnp.floor(a / b)
+    return jnp.floor_divide(a, b)
+
+
+@lower("floor_divide", "floor_divide.Scalar")
+def _floor_divide(a, b):
+    return _div_mode(a, b, "floor")
+
+
+def _int_pow(a, b):
+    """Integer power as PyTorch computes it: negative exponents give 0 unless
+    the base is 1 or -1."""
+    b = jnp.asarray(b, a.dtype) if isinstance(b, (int, bool)) else b
+    pos = jnp.power(a, jnp.maximum(b, 0))
+    if a.dtype == jnp.bool_ or jnp.issubdtype(a.dtype, jnp.unsignedinteger):
+        return pos
+    one = jnp.ones((), a.dtype)
+    neg = jnp.where(a == 1, one, jnp.where(a == -1, jnp.where(b % 2 == 0, one, -one), jnp.zeros((), a.dtype)))
+    return jnp.where(b < 0, neg, pos)
+
+
+@lower("pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar")
+def _pow(a, b):
+    dt = _od()
+    if isinstance(b, int) and not isinstance(b, bool) and (b >= 0 or _is_float(dt)):
+        return lax.integer_pow(_as(a, dt), b)
+    a, b = _as(a, dt), _as(b, dt)
+    if dt == jnp.bool_:
+        return a | ~b
+    if not _is_float(dt) and not jnp.issubdtype(dt, jnp.complexfloating):
+        return _int_pow(a, b)
+    return jnp.power(a, b)
+
+
+@lower("lerp.Scalar", "lerp.Tensor")
+def _lerp(a, b, w):
+    dt = _od()
+    a, b, w = _as(a, dt), _as(b, dt), _as(w, dt)
+    return a + w * (b - a)
+
+
+@lower("addcmul")
+def _addcmul(x, t1, t2, value=1):
+    dt = _od()
+    return _as(x, dt) + _as(value, dt) * _as(t1, dt) * _as(t2, dt)
+
+
+@lower("addcdiv")
+def _addcdiv(x, t1, t2, value=1):
+    dt = _od()
+    return _as(x, dt) + _as(value, dt) * (_as(t1, dt) / _as(t2, dt))
+
+
+# -- bitwise / logical -------------------------------------------------------
+
+def _binary_same(fn):
+    def rule(a, b):
+        dt = _od()
+        return fn(_as(a, dt), _as(b, dt))
+    return rule
+
+
+for _names, _fn in (
+    (("bitwise_and.Tensor", "bitwise_and.Scalar", "__and__.Tensor", "__and__.Scalar"), jnp.bitwise_and),
+    (("bitwise_or.Tensor", "bitwise_or.Scalar", "__or__.Tensor", "__or__.Scalar"), jnp.bitwise_or),
+    (("bitwise_xor.Tensor", "bitwise_xor.Scalar", "__xor__.Tensor", "__xor__.Scalar"), jnp.bitwise_xor),
+    (("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar", "__lshift__.Tensor", "__lshift__.Scalar"), jnp.left_shift),
+    (("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar", "__rshift__.Tensor", "__rshift__.Scalar"), jnp.right_shift),
+    (("gcd",), jnp.gcd),
+    (("lcm",), jnp.lcm),
+):
+    lower(*_names)(_binary_same(_fn))
+
+
+def _logical(fn):
+    def rule(a, b):
+        return fn(_as(a, jnp.bool_) if not isinstance(a, bool) else a, _as(b, jnp.bool_) if not isinstance(b, bool) else b)
+    return rule
+
+
+def _truthy(x):
+    if isinstance(x, (int, float, bool, complex)):
+        return jnp.asarray(bool(x))
+    return x != 0 if x.dtype != jnp.bool_ else x
+
+
+lower("logical_and")(lambda a, b: (_truthy(a) & _truthy(b)).astype(_od()))
+lower("logical_or")(lambda a, b: (_truthy(a) | _truthy(b)).astype(_od()))
+lower("logical_xor")(lambda a, b: (_truthy(a) ^ _truthy(b)).astype(_od()))
+lower("logical_not")(lambda a: (~_truthy(a)).astype(_od()))
+lower("bitwise_not")(lambda a: jnp.invert(a) if a.dtype != jnp.bool_ else ~a)
+
+
+# -- comparisons -------------------------------------------------------------
+
+def _compare(fn):
+    def rule(a, b):
+        dt = _cd()
+        if dt is None:
+            dt = jnp.result_type(a, b)
+        return fn(_as(a, dt), _as(b, dt))
+    return rule
+
+
+for _n, _fn in (("eq", jnp.equal), ("ne", jnp.not_equal), ("lt", jnp.less), ("le", jnp.less_equal),
+                ("gt", jnp.greater), ("ge", jnp.greater_equal)):
+    lower(f"{_n}.Tensor", f"{_n}.Scalar")(_compare(_fn))
+lower("isclose")(lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False: jnp.isclose(
+    a, _as(b, a.dtype), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+# -- unary -------------------------------------------------------------------
+
+def _unary(fn, float_only=True):
+    def rule(x):
+        dt = _od()
+        if jnp.iscomplexobj(x) and not jnp.issubdtype(dt, jnp.complexfloating):
+            return fn(x).astype(dt)  # abs/angle of complex: real result
+        return fn(_as(x, dt))
+    return rule
+
+
+_UNARY = {
+    "neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp, "exp2": jnp.exp2, "expm1": jnp.expm1,
+    "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p, "sqrt": jnp.sqrt,
+    "rsqrt": lax.rsqrt, "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin,
+    "acos": jnp.arccos, "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh,
+    "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh, "arcsin": jnp.arcsin,
+    "arccos": jnp.arccos, "arctan": jnp.arctan, "arcsinh": jnp.arcsinh, "arccosh": jnp.arccosh,
+    "arctanh": jnp.arctanh, "sigmoid": jax.nn.sigmoid, "erf": jax.scipy.special.erf,
+    "erfc": jax.scipy.special.erfc, "erfinv": jax.scipy.special.erfinv, "reciprocal": jnp.reciprocal,
+    "floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc, "fix": jnp.trunc, "frac": lambda x: x - jnp.trunc(x),
+    "square": jnp.square, "lgamma": jax.scipy.special.gammaln,
+    "i0": jax.scipy.special.i0, "sinc": jnp.sinc,
+    "deg2rad": jnp.deg2rad, "rad2deg": jnp.rad2deg, "positive": lambda x: x,
+    "silu": jax.nn.silu, "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
+    "hardswish": jax.nn.hard_swish, "hardsigmoid": jax.nn.hard_sigmoid, "relu6": jax.nn.relu6,
+    "log_sigmoid": jax.nn.log_sigmoid, "selu": jax.nn.selu,
+    "angle": jnp.angle, "conj_physical": jnp.conj, "special_erfcx": jax.scipy.special.erfcx
+    if hasattr(jax.scipy.special, "erfcx") else None,
+}
+for _n, _fn in _UNARY.items():
+    if _fn is not None:
+        lower(_n)(_unary(_fn))
+
+
+@lower("relu")
+def _relu(x):
+    return jnp.maximum(x, jnp.zeros((), x.dtype))
+
+
+@lower("sign")
+def _sign(x):
+    return x if x.dtype == jnp.bool_ else jnp.sign(x)
+
+
+@lower("digamma")
+def _digamma(x):
+    dt = _od()
+    x = _as(x, dt)
+    # PyTorch: -inf at 0 (JAX gives NaN there), NaN at negative integers
+    inf = jnp.asarray(jnp.inf, dt)
+    return jnp.where(x == 0, jnp.where(jnp.signbit(x), inf, -inf), jax.scipy.special.digamma(x))
+
+
+@lower("sgn")
+def _sgn(x):
+    if x.dtype == jnp.bool_:
+        return x
+    if jnp.iscomplexobj(x):
+        a = jnp.abs(x)
+        return jnp.where(a == 0, 0, x / jnp.where(a == 0, 1, a))
+    return jnp.sign(x)
+
+
+@lower("round", "round.decimals")
+def _round(x, decimals=0):
+    if not _is_float(x.dtype):
+        return x
+    return jnp.round(x, decimals)
+
+
+@lower("gelu")
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return jax.nn.gelu(x, approximate=True)
+    return (0.5 * x * (1.0 + jax.scipy.special.erf(x / jnp.sqrt(jnp.asarray(2.0, x.dtype))))).astype(x.dtype)
+
+
+@lower("gelu_backward")
+def _gelu_backward(grad, x, approximate="none"):
+    _, vjp = jax.vjp(lambda y: _gelu(y, approximate), x)
+    return vjp(grad)[0]
+
+
+@lower("leaky_relu")
+def _leaky_relu(x, negative_slope=0.01):
+    return jnp.where(x > 0, x, x * _as(negative_slope, x.dtype))
+
+
+@lower("elu")
+def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    dt = x.dtype
+    return jnp.where(x > 0, x * _as(scale, dt), _as(alpha, dt) * _as(scale, dt) * jnp.expm1(x * _as(input_scale, dt)))
+
+
+@lower("celu")
+def _celu(x, alpha=1.0):
+    return jax.nn.celu(x, alpha)
+
+
+@lower("softplus")
+def _softplus(x, beta=1, threshold=20):
+    dt = x.dtype
+    bx = x * _as(beta, dt)
+    return jnp.where(bx > _as(threshold, dt), x, jnp.log1p(jnp.exp(bx)) / _as(beta, dt))
+
+
+@lower("hardtanh")
+def _hardtanh(x, min_val=-1.0, max_val=1.0):
+    return jnp.clip(x, _as(min_val, x.dtype), _as(max_val, x.dtype))
+
+
+@lower("threshold")
+def _threshold(x, threshold, value):
+    return jnp.where(x <= _as(threshold, x.dtype), _as(value, x.dtype), x)
+
+
+@lower("threshold_backward")
+def _threshold_backward(grad, x, threshold):
+    return jnp.where(x <= _as(threshold, x.dtype), jnp.zeros((), grad.dtype), grad)
+
+
+@lower("logit")
+def _logit(x, eps=None):
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+@lower("nan_to_num")
+def _nan_to_num(x, nan=None, posinf=None, neginf=None):
+    return jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
+
+
+@lower("isnan")
+def _isnan(x):
+    return jnp.isnan(x) if _is_float(x.dtype) else jnp.zeros(x.shape, bool)
+
+
+@lower("isinf")
+def _isinf(x):
+    return jnp.isinf(x) if _is_float(x.dtype) else jnp.zeros(x.shape, bool)
+
+
+@lower("isfinite")
+def _isfinite(x):
+    return jnp.isfinite(x) if _is_float(x.dtype) else jnp.ones(x.shape, bool)
+
+
+@lower("isneginf")
+def _isneginf(x):
+    return jnp.isneginf(x) if _is_float(x.dtype) else jnp.zeros(x.shape, bool)
+
+
+@lower("isposinf")
+def _isposinf(x):
+    return jnp.isposinf(x) if _is_float(x.dtype) else jnp.zeros(x.shape, bool)
+
+
+@lower("signbit")
+def _signbit(x):
+    return jnp.signbit(x)
+
+
+# -- selection ---------------------------------------------------------------
+
+@lower("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
+def _where(cond, a, b):
+    dt = _od()
+    return jnp.where(_truthy(cond), _as(a, dt), _as(b, dt))
+
+
+@lower("clamp", "clamp.Tensor")
+def _clamp(x, min=None, max=None):  # noqa: A002
+    dt = _od()
+    x = _as(x, dt)
+    if min is not None:
+        x = jnp.maximum(x, _as(min, dt))
+    if max is not None:
+        x = jnp.minimum(x, _as(max, dt))
+    return x
+
+
+@lower("masked_fill.Scalar", "masked_fill.Tensor")
+def _masked_fill(x, mask, value):
+    dt = _od()
+    return jnp.where(mask, _as(value, dt), _as(x, dt))
+
+
+# -- copies and casts --------------------------------------------------------
+
+@lower("clone", "_to_copy", "contiguous", "lift_fresh_copy", "_to_dense", "alias_copy", "detach_copy")
+def _clone(x, *args, **kwargs):
+    return _as(x, _od())
+
+
+@lower("fill.Scalar", "fill.Tensor")
+def _fill(x, value):
+    dt = _od()
+    return jnp.broadcast_to(_as(value, dt), x.shape)
+
+
+@lower("zero")
+def _zero(x):
+    return jnp.zeros(x.shape, x.dtype)
+
+
+@lower("copy")
+def _copy(x, src, non_blocking=False):
+    return jnp.broadcast_to(_as(src, x.dtype), x.shape)
+
+
+@lower("real")
+def _real(x):
+    return jnp.real(x)
+
+
+@lower("imag")
+def _imag(x):
+    return jnp.imag(x)
+
+
+@lower("conj")
+def _conj(x):
+    return jnp.conj(x)
+
+
+@lower("_conj", "_conj_copy", "_conj_physical")
+def _conj_view(x):
+    return jnp.conj(x)
+
+
+@lower("_neg_view", "_neg_view_copy")
+def _neg_view(x):
+    return jnp.negative(x)
+
+
+# -- special functions -------------------------------------------------------
+
+_sp = jax.scipy.special
+
+
+def _float_unary(fn):
+    def rule(x):
+        dt = _od()
+        return fn(_as(x, dt)).astype(dt)
+    return rule
+
+
+for _n, _fn in (("special_i0e", _sp.i0e), ("special_i1", _sp.i1), ("special_i1e", _sp.i1e),
+                ("special_ndtri", _sp.ndtri), ("special_log_ndtr", _sp.log_ndtr), ("special_ndtr", _sp.ndtr),
+                ("special_erfcx", _sp.erfcx), ("special_entr", _sp.entr),
+                ("special_modified_bessel_i0", _sp.i0), ("special_modified_bessel_i1", _sp.i1),
+                ("special_spherical_bessel_j0",
+                 lambda x: jnp.where(x == 0, jnp.ones((), x.dtype), jnp.sin(x) / jnp.where(x == 0, 1, x)))):
+    lower(_n)(_float_unary(_fn))
+
+
+@lower("polygamma")
+def _polygamma(n, x):
+    dt = _od()
+    x = _as(x, dt)
+    if n == 0:
+        return _digamma(x)
+    n = int(n)
+    # JAX's series is only right for x > 0: shift negative x up with the
+    # recurrence psi_n(x) = psi_n(x + k) - (-1)^n n! sum_{j<k} (x + j)^-(n+1)
+    K = 64
+    k = jnp.clip(jnp.ceil(-x), 0, K)
+    j = jnp.arange(K, dtype=dt).reshape((K,) + (1,) * x.ndim)
+    terms = jnp.where(j < k, (x + j) ** (-(n + 1)), jnp.zeros((), dt))
+    sign_fact = (-1.0) ** n * math.factorial(n)
+    return (_sp.polygamma(n, x + k) - jnp.asarray(sign_fact, dt) * jnp.sum(terms, axis=0)).astype(dt)
+
+
+@lower("frexp.Tensor")
+def _frexp(x):
+    m, e = jnp.frexp(x)
+    return m, e.astype(ctx.entry.out_dtype(1))
+
+
+@lower("mvlgamma")
+def _mvlgamma(x, p):
+    dt = _od()
+    return _sp.multigammaln(_as(x, dt), p).astype(dt)
+
+
+@lower("softshrink_backward")
+def _softshrink_backward(grad, x, lambd):
+    lam = _as(lambd, x.dtype)
+    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+
+
+@lower("hardshrink_backward")
+def _hardshrink_backward(grad, x, lambd):
+    lam = _as(lambd, x.dtype)
+    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+
+
+# Binary ops computed in PyTorch's result dtype: both operands cast to it, then one jnp call.
+for _names, _fn in (
+    (("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor",), jnp.remainder),
+    (("fmod.Tensor", "fmod.Scalar",), jnp.fmod),
+    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), jnp.power),
+    (("atan2", "arctan2",), jnp.arctan2),
+    (("hypot",), jnp.hypot),
+    (("maximum",), jnp.maximum),
+    (("minimum",), jnp.minimum),
+    (("fmax",), jnp.fmax),
+    (("fmin",), jnp.fmin),
+    (("copysign.Tensor", "copysign.Scalar",), jnp.copysign),
+    (("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other",), jax.scipy.special.xlogy),
+    (("clamp_min", "clamp_min.Tensor",), jnp.maximum),
+    (("clamp_max", "clamp_max.Tensor",), jnp.minimum),
+    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), _sp.zeta),
+    (("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar",), _sp.xlog1py),
+    (("igamma",), _sp.gammainc),
+    (("igammac",), _sp.gammaincc),
+    (("nextafter",), jnp.nextafter),
+):
+    lower(*_names)(_binary_same(_fn))

@@ -1,0 +1,97 @@
+"""Factory rules: empty/zeros/ones/full/arange/linspace/eye and *_like, new_*.
+
+Shapes and dtypes come from PyTorch's meta kernels (ctx.entry.out_avals).
+`empty*` gives zeros: XLA has no uninitialised memory, and zeros are free.
+"""
+import jax.numpy as jnp
+
+from .registry import ctx, lower
+
+
+def _od():
+    return ctx.entry.out_dtype(0)
+
+
+def _os():
+    return ctx.entry.out_shape(0)
+
+
+@lower("empty.memory_format", "empty_strided", "empty_permuted", "zeros", "empty_like", "zeros_like",
+       "new_empty", "new_empty_strided", "new_zeros", "empty.names", "zeros.names")
+def _zeros(*args, **kwargs):
+    return jnp.zeros(_os(), _od())
+
+
+@lower("ones", "ones_like", "new_ones", "ones.names")
+def _ones(*args, **kwargs):
+    return jnp.ones(_os(), _od())
+
+
+@lower("full")
+def _full(size, fill_value, **kwargs):
+    return jnp.full(_os(), fill_value, _od())
+
+
+@lower("full_like")
+def _full_like(x, fill_value, **kwargs):
+    return jnp.full(_os(), fill_value, _od())
+
+
+@lower("new_full")
+def _new_full(x, size, fill_value, **kwargs):
+    return jnp.full(_os(), fill_value, _od())
+
+
+@lower("scalar_tensor")
+def _scalar_tensor(s, **kwargs):
+    return jnp.asarray(s, _od())
+
+
+@lower("arange", "arange.start", "arange.start_step")
+def _arange(*args, **kwargs):
+    nums = [a for a in args if isinstance(a, (int, float))]
+    if len(nums) == 1:
+        start, end, step = 0, nums[0], 1
+    elif len(nums) == 2:
+        (start, end), step = nums, 1
+    else:
+        start, end, step = nums[:3]
+    dt = _od()
+    n = _os()[0]
+    if jnp.issubdtype(dt, jnp.integer) and all(isinstance(v, int) for v in (start, step)):
+        return (start + step * jnp.arange(n, dtype=jnp.int64)).astype(dt)
+    return (start + step * jnp.arange(n, dtype=jnp.float64)).astype(dt)
+
+
+@lower("linspace", "linspace.Tensor_Tensor", "linspace.Tensor_Scalar", "linspace.Scalar_Tensor")
+def _linspace(start, end, steps, **kwargs):
+    dt = _od()
+    if jnp.issubdtype(dt, jnp.integer):
+        return jnp.linspace(start, end, steps, dtype=jnp.float64).astype(dt)
+    return jnp.linspace(start, end, steps, dtype=jnp.float64 if dt == jnp.float64 else jnp.float32).astype(dt)
+
+
+@lower("logspace")
+def _logspace(start, end, steps, base=10.0, **kwargs):
+    return jnp.logspace(start, end, steps, base=base, dtype=jnp.float64).astype(_od())
+
+
+@lower("eye", "eye.m")
+def _eye(n, m=None, **kwargs):
+    r, c = _os()
+    return jnp.eye(r, c, dtype=_od())
+
+
+@lower("tril_indices", "triu_indices")
+def _tri_indices(row, col, offset=0, **kwargs):
+    import numpy as np
+    upper = ctx.entry.name.startswith("triu")
+    r, c = (np.triu_indices if upper else np.tril_indices)(row, offset, col)
+    return jnp.asarray(np.stack([r, c]), _od())
+
+
+@lower("_efficientzerotensor")
+def _efficient_zeros(size, **kwargs):
+    return jnp.zeros(_os(), _od())
+
+

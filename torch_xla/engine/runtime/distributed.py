@@ -1,0 +1,151 @@
+"""Bringing up jax.distributed for a multi-process job.
+
+A process belongs to a job of several processes when WORLD_SIZE > 1 in its
+environment (set by xmp.spawn / torch_xla.launch, or by torchrun). The first
+call of `maybe_initialize()` (made by `runtime.jax_device()` before it picks the
+device, and eagerly by the launchers) connects it to the job:
+
+- the coordinator address comes from XLA_COORDINATOR_ADDRESS (our launchers),
+  or, under torchrun, from a free port that rank 0 publishes through torchrun's
+  own TCPStore, or else from MASTER_ADDR:MASTER_PORT;
+- CPU collectives go through gloo, GPU ones through NCCL;
+- each process uses one device, which joins a 1-D mesh of all processes.
+
+A single process (WORLD_SIZE unset or 1) does nothing here.
+"""
+import inspect
+import os
+import sys
+import threading
+
+from ..base import events
+from .topology import MESH_AXIS, is_multiprocess, rank, world_size  # noqa: F401
+
+_lock = threading.Lock()
+_state = {"done": False, "active": False}
+report_hook = None  # set by the launcher: sends a fatal report to the parent
+
+
+def env_int(name, default):
+    v = os.environ.get(name)
+    if v in (None, ""):
+        return default
+    return int(v)
+
+
+def active():
+    """True once this process has joined a multi-process job."""
+    return _state["active"]
+
+
+def _torchrun_coordinator(master_addr):
+    """Under torchrun: rank 0 picks a free port and publishes it in torchrun's store."""
+    import torch.distributed as dist
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    key = "torch_xla/jax_coordinator/{}/{}".format(
+        os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    store = dist.TCPStore(master_addr, port, is_master=False, timeout=_timedelta(init_timeout()))
+    if rank() == 0:
+        store.set(key, str(free_port(master_addr)))
+    value = store.get(key).decode()
+    return f"{master_addr}:{value}"
+
+
+def _timedelta(seconds):
+    import datetime
+    return datetime.timedelta(seconds=seconds)
+
+
+def free_port(host="127.0.0.1"):
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, 0))
+        except OSError:
+            s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def init_timeout():
+    return env_int("XLA_DIST_INIT_TIMEOUT", 300)
+
+
+def coordinator_address():
+    addr = os.environ.get("XLA_COORDINATOR_ADDRESS")
+    if addr:
+        return addr
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+        addr = _torchrun_coordinator(master)
+        os.environ["XLA_COORDINATOR_ADDRESS"] = addr
+        return addr
+    return f"{master}:{os.environ.get('MASTER_PORT', '12355')}"
+
+
+def maybe_initialize():
+    """Join the multi-process job described by the environment (once)."""
+    if _state["done"]:
+        return
+    with _lock:
+        if _state["done"]:
+            return
+        try:
+            if is_multiprocess():
+                _initialize()
+        finally:
+            _state["done"] = True
+
+
+def _initialize():
+    import jax
+    from .platform import jax_platform
+    platform = jax_platform()
+    if platform == "cpu":
+        try:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        except Exception:  # noqa: BLE001 - older JAX spells it differently
+            try:
+                jax.config.update("jax_cpu_enable_gloo_collectives", True)
+            except Exception:  # noqa: BLE001
+                pass
+    try:
+        jax.config.update("jax_platforms", platform)
+    except Exception:  # noqa: BLE001
+        pass
+    kw = dict(coordinator_address=coordinator_address(), num_processes=world_size(), process_id=rank())
+    params = inspect.signature(jax.distributed.initialize).parameters
+    if platform in ("cuda", "rocm"):
+        kw["local_device_ids"] = [env_int("LOCAL_RANK", 0)]
+    if "initialization_timeout" in params:
+        kw["initialization_timeout"] = init_timeout()
+    if "heartbeat_timeout_seconds" in params:
+        kw["heartbeat_timeout_seconds"] = env_int("XLA_HEARTBEAT_TIMEOUT", 60)
+    if "shutdown_timeout_seconds" in params:
+        kw["shutdown_timeout_seconds"] = env_int("XLA_SHUTDOWN_TIMEOUT", 1800)  # replicas may finish far apart
+    jax.distributed.initialize(**kw)
+    _state["active"] = True
+    events.emit("job_started")  # the collective watchdog (compile/job.py) subscribes
+
+
+def client():
+    """The jax.distributed key-value client of this job (None when single-process)."""
+    maybe_initialize()
+    if not _state["active"]:
+        return None
+    try:
+        from jax._src import distributed as _d
+        return _d.global_state.client
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def shutdown():
+    """Leave the job (the launchers call this when a replica's function returns)."""
+    if not _state["active"]:
+        return
+    import jax
+    try:
+        jax.distributed.shutdown()
+    except Exception as e:  # noqa: BLE001
+        sys.stderr.write(f"torch_xla: jax.distributed.shutdown failed: {e}\n")
+    _state["active"] = False

@@ -1,0 +1,56 @@
+"""The JAX platform and device this process runs on.
+
+Nothing here starts a JAX backend at import time: a parent that only spawns
+workers must never hold a device.
+"""
+import os
+import threading
+
+import jax
+
+from ..base import config
+
+# PyTorch keeps int64 and float64; JAX needs x64 for that.
+jax.config.update("jax_enable_x64", True)
+
+_PLATFORMS = {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda", "TPU": "tpu"}
+_lock = threading.Lock()
+_device = None
+
+
+def device_type():
+    """The PJRT device kind, upstream spelling (CPU, CUDA, TPU)."""
+    kind = (config.get("PJRT_DEVICE") or "CPU").upper()
+    if kind == "GPU":
+        kind = "CUDA"
+    if kind not in _PLATFORMS:
+        raise RuntimeError(
+            f"PJRT_DEVICE={kind!r} is not supported; use one of CPU, CUDA, GPU, TPU")
+    return kind
+
+
+def jax_platform():
+    return _PLATFORMS[device_type()]
+
+
+def jax_device():
+    """The one JAX device that backs `xla:0` in this process."""
+    global _device
+    if _device is None:
+        with _lock:
+            if _device is None:
+                from . import distributed
+                distributed.maybe_initialize()
+                devs = jax.local_devices(backend=jax_platform())
+                dev = devs[local_device_index() % len(devs)]
+                jax.config.update("jax_default_device", dev)
+                _device = dev
+    return _device
+
+
+def local_device_index():
+    return config.integer("XLA_LOCAL_DEVICE_INDEX", 0)
+
+
+def is_initialized():
+    return _device is not None

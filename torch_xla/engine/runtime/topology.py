@@ -1,0 +1,129 @@
+"""The shape of the job this process belongs to: the one place that answers
+how many processes, which one is this, single / multi-process / SPMD, the
+job's mesh, and where an uploaded tensor is placed.
+
+Values come from the environment the launchers set (xmp.spawn,
+torch_xla.launch, torchrun): WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE,
+GROUP_RANK (upstream's XLA_* spellings are accepted too).
+"""
+import glob
+import os
+
+from ..base import config
+
+SINGLE = "single"
+MULTIPROCESS = "multiprocess"
+SPMD = "spmd"
+MESH_AXIS = "xla_replicas"   # the 1-D axis of a multi-process job's mesh
+
+_spmd = [config.flag("XLA_USE_SPMD")]
+_mesh = []
+
+
+def _env_int(*names, default):
+    for n in names:
+        v = os.environ.get(n)
+        if v not in (None, ""):
+            return int(v)
+    return default
+
+
+def world_size():
+    """Processes in the job (each drives one device)."""
+    return _env_int("WORLD_SIZE", "XLA_WORLD_SIZE", default=1)
+
+
+def rank():
+    """This process's index in the job (its global ordinal)."""
+    return _env_int("RANK", "XLA_GLOBAL_ORDINAL", default=0)
+
+
+def local_rank():
+    """This process's index on its host."""
+    return _env_int("LOCAL_RANK", "XLA_LOCAL_ORDINAL", default=0)
+
+
+def local_process_count():
+    """Processes of the job on this host."""
+    return _env_int("LOCAL_WORLD_SIZE", "XLA_LOCAL_WORLD_SIZE", default=1)
+
+
+def host_index():
+    """Index of this host in the job."""
+    return _env_int("GROUP_RANK", "XLA_HOST_INDEX", default=0)
+
+
+def is_multiprocess():
+    return world_size() > 1
+
+
+def spmd_enabled():
+    return _spmd[0]
+
+
+def enable_spmd():
+    _spmd[0] = True
+
+
+def mode():
+    """SPMD, MULTIPROCESS or SINGLE: which compile strategy the executor uses."""
+    if _spmd[0]:
+        return SPMD
+    return MULTIPROCESS if is_multiprocess() else SINGLE
+
+
+def local_device_count():
+    """Devices of this platform on this host that the job may use (one process each)."""
+    from .platform import device_type
+    kind = device_type()
+    if kind == "CPU":
+        return config.integer("CPU_NUM_DEVICES", 1)
+    if kind == "CUDA":
+        n = config.integer("GPU_NUM_DEVICES", 0)
+        if n:
+            return n
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if vis not in (None, ""):
+            return len([v for v in vis.split(",") if v.strip()])
+        try:
+            import subprocess
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+            return max(1, sum(1 for line in out.splitlines() if line.startswith("GPU ")))
+        except Exception:  # noqa: BLE001
+            return 1
+    if kind == "TPU":
+        n = config.integer("TPU_NUM_DEVICES", 0)
+        if n:
+            return n
+        return max(1, len(glob.glob("/dev/accel*")) or len(glob.glob("/dev/vfio/[0-9]*")))
+    return 1
+
+
+def spmd_device_count():
+    """Local JAX devices behind the one logical SPMD device."""
+    import jax
+    from .platform import jax_platform
+    return len(jax.local_devices(backend=jax_platform()))
+
+
+def upload_device():
+    """Where a tensor moved to `xla:0` is placed."""
+    from .platform import jax_device
+    return jax_device()
+
+
+def job_mesh():
+    """The 1-D mesh of every process's device, in rank order (axis MESH_AXIS)."""
+    if not _mesh:
+        import jax
+        import numpy as np
+        from jax.sharding import Mesh
+        from .platform import jax_device
+        by_process = {}
+        for d in jax.devices():
+            if d.process_index not in by_process or d.id < by_process[d.process_index].id:
+                by_process[d.process_index] = d
+        by_process[jax.process_index()] = jax_device()
+        devs = [by_process[i] for i in sorted(by_process)]
+        _mesh.append(Mesh(np.array(devs), (MESH_AXIS,)))
+    return _mesh[0]
