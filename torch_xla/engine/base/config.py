@@ -33,6 +33,10 @@ KNOBS = {
     "TPU_NUM_DEVICES": ("0", "TPU chips to use (0: every one)"),
     "XLA_LOCAL_DEVICE_INDEX": ("0", "which local JAX device backs xla:0"),
     "XLA_COORDINATOR_ADDRESS": ("", "jax.distributed coordinator (set by the launcher)"),
+    "XLA_DIST_INIT_TIMEOUT": ("300", "seconds to wait for every process to join the job"),
+    "XLA_HEARTBEAT_TIMEOUT": ("60", "seconds without a heartbeat before jax.distributed gives a process up"),
+    "XLA_SHUTDOWN_TIMEOUT": ("1800", "seconds a finished process waits for the others at shutdown"),
+    "XLA_NUM_HOSTS": ("1", "hosts of a job started by the launcher on each"),
     "XLA_COLLECTIVE_TIMEOUT": ("1800", "seconds before a collective that never completes ends the job"),
     "XLA_JOB_DUMP": ("", "prefix: append each job program's HLO to <prefix>.<rank>.txt"),
     # observability

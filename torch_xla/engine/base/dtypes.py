@@ -1,8 +1,9 @@
 """torch <-> JAX/numpy dtype maps."""
-import os
 
 import jax.numpy as jnp
 import ml_dtypes
+
+from . import config
 import numpy as np
 import torch
 
@@ -39,7 +40,7 @@ TORCH_TO_JAX[torch.complex32] = NATURAL[torch.complex32] = jnp.dtype(jnp.complex
 
 
 def _env(name):
-    return os.environ.get(name, "0").lower() in ("1", "true", "yes")
+    return config.flag(name)
 
 
 USE_BF16 = _env("XLA_USE_BF16")

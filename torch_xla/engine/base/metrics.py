@@ -11,9 +11,10 @@ by name. Nothing here is called per traced op: the engine records at
 barriers, transfers and fallbacks only.
 """
 import math
-import os
 import threading
 import time
+
+from . import config
 
 _lock = threading.Lock()
 counters = {}
@@ -30,11 +31,7 @@ def flush():
 
 
 def _ring_size():
-    try:
-        n = int(os.environ.get("XLA_METRICS_SAMPLES", "1024"))
-    except ValueError:
-        n = 1024
-    return max(n, 1)
+    return max(config.integer("XLA_METRICS_SAMPLES", 1024), 1)
 
 
 _RING = _ring_size()
@@ -151,7 +148,7 @@ class timed:
 
 
 def percentiles():
-    spec = os.environ.get("XLA_METRICS_PERCENTILES", "0.01:0.05:0.1:0.2:0.5:0.8:0.9:0.95:0.99")
+    spec = config.get("XLA_METRICS_PERCENTILES")
     out = []
     for p in spec.split(":"):
         p = p.strip()

@@ -30,11 +30,12 @@ from ..compile import cache as _cache
 from ..ir.graph import op_name, xla_shape
 from ..ir.node import DATA
 from ..lazy import mode
+from ..runtime import topology
 
 LEVEL = config.debug_level()
 DEBUG_FILE = config.get("PT_XLA_DEBUG_FILE") or ""
 MAX_FRAME = config.integer("PT_XLA_DEBUG_MAX_FRAME", 8)
-_IS_MASTER = int(os.environ.get("PJRT_LOCAL_PROCESS_RANK", os.environ.get("LOCAL_RANK", "0")) or 0) == 0
+_IS_MASTER = topology.local_rank() == 0
 _PKG = frames.PKG
 _is_internal = frames.is_internal
 _torch_prefix = frames.torch_prefix

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 
-from ..base import events
+from ..base import config, events
 from .topology import MESH_AXIS, is_multiprocess, rank, world_size  # noqa: F401
 
 _lock = threading.Lock()
@@ -67,11 +67,11 @@ def free_port(host="127.0.0.1"):
 
 
 def init_timeout():
-    return env_int("XLA_DIST_INIT_TIMEOUT", 300)
+    return config.integer("XLA_DIST_INIT_TIMEOUT")
 
 
 def coordinator_address():
-    addr = os.environ.get("XLA_COORDINATOR_ADDRESS")
+    addr = config.get("XLA_COORDINATOR_ADDRESS")
     if addr:
         return addr
     master = os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -119,9 +119,9 @@ def _initialize():
     if "initialization_timeout" in params:
         kw["initialization_timeout"] = init_timeout()
     if "heartbeat_timeout_seconds" in params:
-        kw["heartbeat_timeout_seconds"] = env_int("XLA_HEARTBEAT_TIMEOUT", 60)
+        kw["heartbeat_timeout_seconds"] = config.integer("XLA_HEARTBEAT_TIMEOUT")
     if "shutdown_timeout_seconds" in params:
-        kw["shutdown_timeout_seconds"] = env_int("XLA_SHUTDOWN_TIMEOUT", 1800)  # replicas may finish far apart
+        kw["shutdown_timeout_seconds"] = config.integer("XLA_SHUTDOWN_TIMEOUT")  # replicas may finish far apart
     jax.distributed.initialize(**kw)
     _state["active"] = True
     events.emit("job_started")  # the collective watchdog (compile/job.py) subscribes

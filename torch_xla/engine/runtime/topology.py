@@ -40,7 +40,7 @@ def rank():
 
 def local_rank():
     """This process's index on its host."""
-    return _env_int("LOCAL_RANK", "XLA_LOCAL_ORDINAL", default=0)
+    return _env_int("PJRT_LOCAL_PROCESS_RANK", "LOCAL_RANK", "XLA_LOCAL_ORDINAL", default=0)
 
 
 def local_process_count():
