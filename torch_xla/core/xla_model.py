@@ -121,6 +121,12 @@ def get_rng_state(device=None):
     return rng.seed
 
 
+def optimization_barrier_(tensors):
+    """In place: `tensors` pass through one XLA optimization barrier (lax.optimization_barrier)."""
+    from ..engine.lowering.barrier import optimization_barrier_ as _barrier
+    _barrier(tensors)
+
+
 # -- memory ------------------------------------------------------------------
 
 def get_memory_info(device=None):

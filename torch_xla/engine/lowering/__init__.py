@@ -12,6 +12,7 @@
   fft.py          _fft_r2c / _fft_c2c / _fft_c2r
   collectives.py  all_reduce/all_gather/... over the job's mesh axis
   data_dependent.py  nonzero, x[mask], masked_select, unique: read what decides the shape
+  barrier.py      optimization_barrier_ (lax.optimization_barrier, in place)
   optim.py        fused Adam/AdamW/SGD kernels, GradScaler unscale/update (found_inf stays on the device)
 """
 from . import registry  # noqa: F401
@@ -21,3 +22,4 @@ from . import resample, fft  # noqa: F401
 from . import rnn  # noqa: F401,E402
 from . import data_dependent  # noqa: F401,E402
 from . import optim  # noqa: F401,E402
+from . import barrier  # noqa: F401,E402
