@@ -20,6 +20,9 @@ from .engine import runtime as _runtime
 _device_layer.register()
 
 from . import _XLAC  # noqa: E402,F401
+from .utils import dlpack as _dlpack  # noqa: E402
+
+_dlpack.install()
 
 
 def device(index=None):
