@@ -25,6 +25,9 @@ def test_optimization_barrier_in_place(dev):
     torch.testing.assert_close(ad.cpu(), a * 2)
     torch.testing.assert_close(bd.cpu(), b + 1)
     torch.testing.assert_close(view.cpu(), (a * 2)[1])
+    e = torch.ones((), device=dev).expand(3, 4)        # an expanded view: its base goes through
+    xm.optimization_barrier_([e, view])
+    torch.testing.assert_close(e.cpu(), torch.ones(3, 4))
     # differentiable through: values and grads unchanged
     x = torch.randn(4, device=dev, requires_grad=True)
     y = x * 3
@@ -79,6 +82,18 @@ def test_checkpoint_preserves_dropout_rng(dev):
     torch.testing.assert_close(x.grad.cpu(), xp.grad.cpu())
     for p, q in zip(block.parameters(), plain.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_sum_loss_expanded_grad(dev):
+    # x.sum().backward() hands the block an expanded gradient (upstream's test_grad_checkpoint)
+    torch.manual_seed(0)
+    convs = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 1)).to(dev)
+    plain = copy.deepcopy(convs)
+    x = torch.randn(2, 4, 3, 3, device=dev, requires_grad=True)
+    ckpt.checkpoint(convs, x).sum().backward()
+    plain(x).sum().backward()
+    for p, q in zip(convs.parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-5)
 
 
 def test_checkpoint_under_autocast_and_args(dev):

@@ -22,7 +22,15 @@ def optimization_barrier_(tensors):
     """Pass every XLA tensor of `tensors` through one optimization barrier, in place."""
     from ..dispatch import assign_result
     from ..tensor import XLATensor
-    xs = [t for t in tensors if isinstance(t, XLATensor)]
+    # a view passes through as its root base (views re-derive from it); an
+    # expanded view could not be written element by element anyway
+    xs, seen = [], set()
+    for t in tensors:
+        if isinstance(t, XLATensor):
+            b = t if t._xb is None else t._xb
+            if id(b) not in seen:
+                seen.add(id(b))
+                xs.append(b)
     if not xs:
         return
     node, entry = trace_node(_BARRIER, (xs,), {})

@@ -471,6 +471,8 @@ def _reduce(loss, reduction):
 
 def _nll(x, target, weight, reduction, ignore_index):
     c_axis = 1 if x.ndim > 1 else 0
+    if not jnp.issubdtype(target.dtype, jnp.integer):
+        target = target.astype(jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)
     valid = target != ignore_index
     t = jnp.where(valid, target, 0)
     picked = jnp.take_along_axis(x, jnp.expand_dims(t, c_axis), axis=c_axis).squeeze(c_axis) if x.ndim > 1 \
@@ -484,6 +486,21 @@ def _nll(x, target, weight, reduction, ignore_index):
     if reduction == 2:
         return jnp.sum(loss), jnp.sum(w)
     return loss, jnp.sum(w)
+
+
+def _nll_meta(packet, target_pos):
+    # upstream torch_xla takes class indices held in a floating tensor (eager CPU refuses them)
+    def m(*args, **kwargs):
+        args = list(args)
+        if args[target_pos].is_floating_point():
+            args[target_pos] = args[target_pos].long()
+        return packet.default(*args, **kwargs)
+    return m
+
+
+for _name, _pos in (("nll_loss_forward", 1), ("nll_loss2d_forward", 1), ("nll_loss_backward", 2),
+                    ("nll_loss2d_backward", 2)):
+    meta(_name)(_nll_meta(getattr(torch.ops.aten, _name), _pos))
 
 
 @lower("nll_loss_forward", "nll_loss2d_forward")
