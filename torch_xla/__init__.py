@@ -15,6 +15,9 @@ from .engine import api as _api
 _api.start()
 
 from . import _XLAC  # noqa: E402,F401
+from .utils import dlpack as _dlpack  # noqa: E402
+
+_dlpack.install()
 
 
 def device(index=None):

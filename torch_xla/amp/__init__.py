@@ -1,18 +1,12 @@
 """torch_xla.amp: automatic mixed precision on the XLA device.
 
-`autocast(device, ...)` is torch.autocast for "xla" (bfloat16 by default);
-`GradScaler` is PyTorch's scaler for the xla device (needed with float16)."""
-import torch
-
-
-class autocast(torch.autocast):  # noqa: N801 - upstream's name
-    """torch.autocast on the XLA device; dtype defaults to bfloat16."""
-
-    def __init__(self, device=None, enabled=True, dtype=None, cache_enabled=None):
-        super().__init__("xla", enabled=enabled, dtype=dtype or torch.bfloat16,
-                         cache_enabled=cache_enabled if cache_enabled is not None else True)
-
-
-def GradScaler(*args, **kwargs):  # noqa: N802 - upstream's name
-    """A gradient scaler for float16 training on the XLA device."""
-    return torch.amp.GradScaler("xla", *args, **kwargs)
+`autocast(device, ...)` is torch.autocast for "xla": bfloat16 on TPU and CPU,
+float16 on CUDA unless `dtype` says otherwise (see engine/autocast.py for the op
+policy). `GradScaler` scales float16 losses on any platform and never reads
+`found_inf` on the host when the optimizer can take it as a device tensor
+(`torch_xla.amp.syncfree` optimizers, `fused=True` torch optimizers).
+`syncfree` holds SGD/Adam/AdamW whose `step(found_inf=...)` masks the update
+in the graph."""
+from .autocast_mode import autocast  # noqa: F401
+from .grad_scaler import GradScaler  # noqa: F401
+from . import syncfree  # noqa: F401

@@ -119,6 +119,11 @@ def get_rng_state(device=None):
     return _api.rng_seed()
 
 
+def optimization_barrier_(tensors):
+    """In place: `tensors` pass through one XLA optimization barrier (lax.optimization_barrier)."""
+    _api.optimization_barrier_(tensors)
+
+
 # -- memory ------------------------------------------------------------------
 
 def get_memory_info(device=None):

@@ -6,7 +6,7 @@ Upstream's C++ `_XLAC` plays this role there: sync, graph capture and
 hashing, tensor introspection, the runtime's facts, the device generator.
 """
 from .base import config, events, metrics  # noqa: F401  (re-exported)
-from .base.dtypes import JAX_TO_TORCH  # noqa: F401
+from .base.dtypes import JAX_TO_TORCH, NATURAL, to_jax, torch_to_numpy  # noqa: F401
 from .compile import persistent as _persistent
 from .compile import cache as _cache
 from .ir import node as _node
@@ -143,6 +143,12 @@ def allow_execution():
 
 # -- tensors -----------------------------------------------------------------------
 
+def tensor_class():
+    """XLATensor, the class of every tensor on the `xla` device."""
+    from .lazy.tensor import XLATensor
+    return XLATensor
+
+
 def is_xla_tensor(t):
     from .lazy.tensor import XLATensor
     return isinstance(t, XLATensor)
@@ -178,6 +184,29 @@ def assign(t, value_tensor):
     """Write `value_tensor`'s value into `t` in place (views scatter into their base)."""
     from .lazy.views import assign as _assign
     _assign(t, value_tensor._v)
+
+
+def optimization_barrier_(tensors):
+    """One lax.optimization_barrier over the XLA tensors of `tensors`, in place."""
+    from .lazy.handlers.barrier import optimization_barrier_ as _barrier
+    _barrier(tensors)
+
+
+def adam_update(*args, **kwargs):
+    """One masked Adam/AdamW parameter update on the device (sync-free optimizers)."""
+    from .lazy.handlers.optim import adam_update as _adam
+    return _adam(*args, **kwargs)
+
+
+def sgd_update(*args, **kwargs):
+    """One masked SGD parameter update on the device (sync-free optimizers)."""
+    from .lazy.handlers.optim import sgd_update as _sgd
+    return _sgd(*args, **kwargs)
+
+
+def rng_state():
+    """The device generator (its `seed`), for code that must replay random ops."""
+    return _random.rng
 
 
 # -- random ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..base.dtypes import to_jax
-from .registry import ctx, lower
+from .registry import ctx, lower, vjp_of
 
 
 def _od():
@@ -273,8 +273,7 @@ def _gelu(x, approximate="none"):
 
 @lower("gelu_backward")
 def _gelu_backward(grad, x, approximate="none"):
-    _, vjp = jax.vjp(lambda y: _gelu(y, approximate), x)
-    return vjp(grad)[0]
+    return vjp_of(lambda y: _gelu(y, approximate), (x,), grad)[0]
 
 
 @lower("leaky_relu")

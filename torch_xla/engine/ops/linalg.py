@@ -2,7 +2,7 @@
 import jax.numpy as jnp
 from jax import lax
 
-from .registry import ctx, lower
+from .registry import ctx, lower, vjp_of
 
 
 def _od():
@@ -210,8 +210,7 @@ def _cdist_backward(grad, x1, x2, p, cdist):
         if p != 1.0:  # every coordinate that attains the max, no splitting
             w = w * (jnp.abs(diff) == cdist[..., None]).astype(diff.dtype)
         return jnp.sum(grad[..., None].astype(x1.dtype) * w, axis=-2)
-    _, vjp = jax.vjp(lambda a: _cdist(a, x2, p), x1)
-    return vjp(grad.astype(x1.dtype))[0]
+    return vjp_of(lambda a: _cdist(a, x2, p), (x1,), grad)[0]
 
 
 def _pdist(x, p):
@@ -227,8 +226,7 @@ def _pdist_forward(x, p=2.0):
 
 @lower("_pdist_backward")
 def _pdist_backward(grad, x, p, pdist):
-    _, vjp = jax.vjp(lambda a: _pdist(a, p), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda a: _pdist(a, p), (x,), grad)[0]
 
 
 @lower("linalg_qr")

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .registry import ctx, lower, meta
+from .registry import ctx, lower, meta, vjp_of
 
 
 def _od(i=0):
@@ -69,8 +69,7 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
                           groups, output_mask):
     def f(x_, w_):
         return _conv(x_, w_, stride, padding, dilation, transposed, output_padding, groups)
-    _, vjp = jax.vjp(f, x, w)
-    gx, gw = vjp(grad.astype(x.dtype))
+    gx, gw = vjp_of(f, (x, w), grad)
     gb = jnp.sum(grad, axis=(0,) + tuple(range(2, grad.ndim))) if output_mask[2] else None
     return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
 
@@ -143,8 +142,7 @@ def _max_pool_nd_bwd(nd):
     def rule(grad, x, kernel, stride, padding, dilation, ceil_mode, indices):
         k, s, p, d = _pool_args(x, nd, kernel, stride, padding, dilation)
         out_sp = grad.shape[-nd:]
-        _, vjp = jax.vjp(lambda y: _max_pool(y, k, s, p, d, out_sp), x)
-        return vjp(grad.astype(x.dtype))[0]
+        return vjp_of(lambda y: _max_pool(y, k, s, p, d, out_sp), (x,), grad)[0]
     return rule
 
 
@@ -197,9 +195,8 @@ def _avg_pool_nd_bwd(nd):
         k = _norm(kernel, nd)
         s = _norm(stride, nd) if stride else k
         out_sp = grad.shape[-nd:]
-        _, vjp = jax.vjp(lambda y: _avg_pool(y, k, s, _norm(padding, nd), ceil_mode, count_include_pad,
-                                             divisor_override, out_sp), x)
-        return vjp(grad.astype(x.dtype))[0]
+        return vjp_of(lambda y: _avg_pool(y, k, s, _norm(padding, nd), ceil_mode, count_include_pad,
+                                          divisor_override, out_sp), (x,), grad)[0]
     return rule
 
 
@@ -246,8 +243,7 @@ def _adaptive_avg_pool(x, output_size):
 @lower("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward")
 def _adaptive_avg_pool_bwd(grad, x):
     nd = 2 if ctx.entry.name.startswith("_adaptive_avg_pool2d") else 3
-    _, vjp = jax.vjp(lambda y: _adaptive_avg(y, grad.shape[-nd:]), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda y: _adaptive_avg(y, grad.shape[-nd:]), (x,), grad)[0]
 
 
 # -- normalisation -----------------------------------------------------------
@@ -322,8 +318,7 @@ def _bn_backward(grad, x, w, rm, rv, save_mean, save_invstd, train, eps, output_
         if train:
             return _bn_train(x_, w_, b_, eps)[0]
         return _bn_eval(x_, w_, b_, rm, rv, eps)
-    _, vjp = jax.vjp(f, x, wv, jnp.zeros_like(wv))
-    gx, gw, gb = vjp(grad.astype(x.dtype))
+    gx, gw, gb = vjp_of(f, (x, wv, jnp.zeros_like(wv)), grad)
     return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb if output_mask[2] else None)
 
 
@@ -415,6 +410,8 @@ def _reduce(loss, reduction):
 
 def _nll(x, target, weight, reduction, ignore_index):
     c_axis = 1 if x.ndim > 1 else 0
+    if not jnp.issubdtype(target.dtype, jnp.integer):
+        target = target.astype(jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)
     valid = target != ignore_index
     t = jnp.where(valid, target, 0)
     picked = jnp.take_along_axis(x, jnp.expand_dims(t, c_axis), axis=c_axis).squeeze(c_axis) if x.ndim > 1 \
@@ -430,6 +427,21 @@ def _nll(x, target, weight, reduction, ignore_index):
     return loss, jnp.sum(w)
 
 
+def _nll_meta(packet, target_pos):
+    # upstream torch_xla takes class indices held in a floating tensor (eager CPU refuses them)
+    def m(*args, **kwargs):
+        args = list(args)
+        if args[target_pos].is_floating_point():
+            args[target_pos] = args[target_pos].long()
+        return packet.default(*args, **kwargs)
+    return m
+
+
+for _name, _pos in (("nll_loss_forward", 1), ("nll_loss2d_forward", 1), ("nll_loss_backward", 2),
+                    ("nll_loss2d_backward", 2)):
+    meta(_name)(_nll_meta(getattr(torch.ops.aten, _name), _pos))
+
+
 @lower("nll_loss_forward", "nll_loss2d_forward")
 def _nll_loss_forward(x, target, weight, reduction, ignore_index):
     out, total = _nll(x, target, weight, reduction, ignore_index)
@@ -438,8 +450,7 @@ def _nll_loss_forward(x, target, weight, reduction, ignore_index):
 
 @lower("nll_loss_backward", "nll_loss2d_backward")
 def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
-    _, vjp = jax.vjp(lambda y: _nll(y, target, weight, reduction, ignore_index)[0], x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda y: _nll(y, target, weight, reduction, ignore_index)[0], (x,), grad)[0]
 
 
 @lower("mse_loss")
@@ -449,8 +460,7 @@ def _mse_loss(x, y, reduction=1):
 
 @lower("mse_loss_backward")
 def _mse_loss_backward(grad, x, y, reduction):
-    _, vjp = jax.vjp(lambda a: _mse_loss(a, y, reduction), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda a: _mse_loss(a, y, reduction), (x,), grad)[0]
 
 
 def _bce(x, y, weight, reduction):
@@ -468,8 +478,7 @@ def _binary_cross_entropy(x, y, weight=None, reduction=1):
 
 @lower("binary_cross_entropy_backward")
 def _binary_cross_entropy_backward(grad, x, y, weight=None, reduction=1):
-    _, vjp = jax.vjp(lambda a: _bce(a, y, weight, reduction), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda a: _bce(a, y, weight, reduction), (x,), grad)[0]
 
 
 def _bce_logits(x, y, weight, pos_weight, reduction):
@@ -501,8 +510,7 @@ def _huber_loss(x, y, reduction=1, delta=1.0):
 
 @lower("huber_loss_backward")
 def _huber_loss_backward(grad, x, y, reduction, delta):
-    _, vjp = jax.vjp(lambda a: _huber(a, y, reduction, delta), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda a: _huber(a, y, reduction, delta), (x,), grad)[0]
 
 
 def _smooth_l1(x, y, reduction, beta):
@@ -519,8 +527,7 @@ def _smooth_l1_loss(x, y, reduction=1, beta=1.0):
 
 @lower("smooth_l1_loss_backward")
 def _smooth_l1_loss_backward(grad, x, y, reduction, beta):
-    _, vjp = jax.vjp(lambda a: _smooth_l1(a, y, reduction, beta), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda a: _smooth_l1(a, y, reduction, beta), (x,), grad)[0]
 
 
 # -- attention ---------------------------------------------------------------
@@ -583,8 +590,7 @@ def _margin_backward_meta(grad, x, *args, **kwargs):
 
 @lower("multi_margin_loss_backward", static=("p",))
 def _multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=1):
-    _, vjp = jax.vjp(lambda a: _multi_margin(a, target, p, margin, weight, reduction).astype(x.dtype), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda a: _multi_margin(a, target, p, margin, weight, reduction).astype(x.dtype), (x,), grad)[0]
 
 
 def _multilabel_margin(x, target, reduction):
@@ -612,5 +618,4 @@ def _multilabel_margin_loss_forward(x, target, reduction):
 
 @lower("multilabel_margin_loss_backward")
 def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
-    _, vjp = jax.vjp(lambda a: _multilabel_margin(a, target, reduction)[0].astype(x.dtype), x)
-    return vjp(grad.astype(x.dtype))[0]
+    return vjp_of(lambda a: _multilabel_margin(a, target, reduction)[0].astype(x.dtype), (x,), grad)[0]

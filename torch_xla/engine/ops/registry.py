@@ -106,3 +106,17 @@ def out_dtype(i=0):
 
 def out_shape(i=0):
     return ctx.entry.out_shape(i)
+
+
+def vjp_of(f, primals, grad):
+    """Cotangents of f at `primals` (a tuple) for output cotangent `grad`.
+
+    Backward ops are lowered as the vjp of the forward rule. The forward's output
+    dtype is its inputs' promoted dtype (float16 input, float32 target -> float32),
+    which need not be any one input's dtype, so the incoming gradient is cast to
+    the dtype of f's own output, whatever the mix of input dtypes; each
+    cotangent comes back in its primal's dtype."""
+    import jax
+    out, pull = jax.vjp(f, *primals)
+    ct = jax.tree_util.tree_map(lambda o, g: g.astype(o.dtype), out, grad)
+    return pull(ct)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .registry import ctx, lower
+from .registry import ctx, lower, vjp_of
 
 
 def _od():
@@ -144,8 +144,7 @@ def _bwd(kind, nd, has_align):
             align, scales = False, list(rest)
         scales = (scales + [None] * nd)[:nd]
         x0 = jnp.zeros(tuple(input_size), grad.dtype)
-        _, vjp = jax.vjp(lambda x: _resample(x, tuple(output_size), scales, kind, align), x0)
-        return vjp(grad)[0]
+        return vjp_of(lambda x: _resample(x, tuple(output_size), scales, kind, align), (x0,), grad)[0]
     return rule
 
 
@@ -321,6 +320,5 @@ def _grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
 
 @lower("grid_sampler_2d_backward")
 def _grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-    _, vjp = jax.vjp(lambda a, g: _grid_sample_2d(a, g, interpolation_mode, padding_mode, align_corners), x, grid)
-    gx, gg = vjp(grad.astype(x.dtype))
+    gx, gg = vjp_of(lambda a, g: _grid_sample_2d(a, g, interpolation_mode, padding_mode, align_corners), (x, grid), grad)
     return (gx if output_mask[0] else None), gg.astype(grid.dtype)

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .registry import ctx, lower
+from .registry import ctx, lower, vjp_of
 
 
 def _os(i=0):
@@ -454,9 +454,7 @@ def _pad_mode_backward(mode):
     fwd = _pad_mode(mode)
 
     def rule(grad, x, padding):
-        import jax
-        _, vjp = jax.vjp(lambda y: fwd(y, padding), x)
-        return vjp(grad.astype(x.dtype))[0]
+        return vjp_of(lambda y: fwd(y, padding), (x,), grad)[0]
     return rule
 
 
