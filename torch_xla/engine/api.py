@@ -173,6 +173,12 @@ def device_array(t):
     return _da(t)
 
 
+def export_array(t):
+    """The jax.Array of an XLA tensor's value in its PyTorch dtype (DLPack export)."""
+    from .lazy.tensor import _export_array
+    return _export_array(t)
+
+
 def trace_collective(info, args, kwargs):
     """Record one collective op node on XLA tensors; -> its output tensors."""
     from .lazy.tracing import trace_node, wrap

@@ -21,13 +21,8 @@ _orig_torch_to_dlpack = None
 
 def _export_array(xla_tensor):
     """The jax.Array of xla_tensor's value, in its PyTorch dtype."""
-    import jax.numpy as jnp
     from ..engine import api
-    arr = api.device_array(xla_tensor)
-    nat = api.NATURAL.get(xla_tensor.dtype)
-    if nat is not None and jnp.dtype(arr.dtype) != nat:
-        arr = arr.astype(nat)   # XLA_USE_BF16 and friends narrow the storage type
-    return arr
+    return api.export_array(xla_tensor)
 
 
 class DLPackExport:
@@ -108,16 +103,9 @@ def from_dlpack(ext_tensor):
     return api.from_device_array(arr, dtype)
 
 
-def _xla_dlpack(self, *args, **kwargs):
-    return to_dlpack(self).__dlpack__(*args, **kwargs)
-
-
-def _xla_dlpack_device(self):
-    return _export_array(self).__dlpack_device__()
-
-
 def install():
-    """Route torch.utils.dlpack.to_dlpack of XLA tensors here; XLA tensors speak DLPack."""
+    """Route torch.utils.dlpack.to_dlpack of XLA tensors here (torch has no DLPack
+    hook for a PrivateUse1 device). XLA tensors speak the protocol themselves."""
     global _orig_torch_to_dlpack
     if _orig_torch_to_dlpack is not None:
         return
@@ -131,5 +119,3 @@ def install():
         return orig(tensor)
     torch_to_dlpack.__doc__ = orig.__doc__
     torch.utils.dlpack.to_dlpack = torch_to_dlpack
-    XLATensor.__dlpack__ = _xla_dlpack
-    XLATensor.__dlpack_device__ = _xla_dlpack_device

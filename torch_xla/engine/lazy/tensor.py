@@ -46,6 +46,18 @@ class XLATensor(torch.Tensor):
 
     __str__ = __repr__
 
+    # DLPack producer: the device buffer of the current value, in the PyTorch dtype
+    # (jax.dlpack.from_dlpack(t), torch.from_dlpack(t))
+    def __dlpack__(self, *args, **kwargs):
+        arr = _export_array(self)
+        try:
+            return arr.__dlpack__(*args, **kwargs)
+        except TypeError:
+            return arr.__dlpack__()
+
+    def __dlpack_device__(self):
+        return _export_array(self).__dlpack_device__()
+
     @property
     def is_xla(self):
         # PyTorch's own flag tests its built-in XLA key; this device is PrivateUse1 named xla
@@ -128,6 +140,17 @@ def new_view(base, chain, aval, v, gen, geom=None):
 
 
 tracing._XLATensor = XLATensor
+
+
+def _export_array(t):
+    import jax.numpy as jnp
+    from ..base.dtypes import NATURAL
+    from .transfers import device_array
+    arr = device_array(t)
+    nat = NATURAL.get(t.dtype)
+    if nat is not None and jnp.dtype(arr.dtype) != nat:
+        arr = arr.astype(nat)   # XLA_USE_BF16 and friends narrow the storage type
+    return arr
 
 
 _lazy_dispatch = XLATensor.__dict__["__torch_dispatch__"].__func__
