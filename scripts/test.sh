@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-bash scripts/install.sh
+bash scripts/install.sh test
 export PYTHONUNBUFFERED=1 JAX_PLATFORMS=cpu
 exec $PY -m pytest -q -n 2 --dist loadfile --durations=15 "$@"

@@ -177,3 +177,30 @@ def test_metrics_count_compiles_executions_and_transfers(dev):
     assert met.metric_data("TransferToDeviceTime")[0] == 1
     assert met.metric_data("TransferFromDeviceTime")[0] == 1
     assert met.metric_data("CompileTime")[0] == 1
+
+
+def test_an_accumulator_made_before_the_loop_keys_one_graph(dev):
+    # made (pending) before the first step, written in every step: the step's graph
+    # must not depend on whether the accumulator was first made in this step
+    w = torch.randn(4, 3).to(dev)
+    xm.mark_step()
+    met.clear_all()
+    total = torch.zeros((), dtype=torch.float32).to(dev)   # made just before the loop
+    for i in range(4):
+        x = torch.full((2, 4), float(i)).to(dev)
+        pred = (x @ w).argmax(dim=1)
+        total += pred.sum().float()
+        xm.mark_step()
+    assert met.counter_value("UncachedCompile") == 1
+    expect = sum(float((torch.full((2, 4), float(i)) @ w.cpu()).argmax(dim=1).sum()) for i in range(4))
+    assert total.item() == expect
+
+
+def test_root_order_follows_the_latest_writes(dev):
+    a = torch.zeros(3).to(dev)          # device data
+    b = torch.ones(3).to(dev) * 2       # pending
+    a += 5                              # a becomes pending after b
+    roots = executor.pending_roots(None)
+    assert [r[0] for r in roots][-2:] == [b._v[0], a._v[0]]
+    xm.mark_step()
+    assert a.cpu().tolist() == [5.0] * 3 and b.cpu().tolist() == [2.0] * 3

@@ -96,13 +96,14 @@ def pending_roots(tensors=None):
     if tensors is None:
         out = []
         seen = set()
-        for r in list(tensor.pending):
+        for r in reversed(list(tensor.pending)):   # in sync()'s order: latest write wins
             t = r()
             if t is None or id(t) in seen:
                 continue
             seen.add(id(t))
             if t._xb is None and t._v[0].kind == ir.OP:
                 out.append(t._v)
+        out.reverse()
         return out
     out = []
     for t in tensors:
@@ -120,13 +121,17 @@ def sync(tensors=None, wait=False, reason="user"):
             seen = set()
             refs = tensor.pending[:]
             tensor.pending.clear()
-            for r in refs:
+            # a tensor listed twice (made, then written again) takes the place of its
+            # latest write: a step that writes the same tensors in the same order keys
+            # the same graph, whether or not a tensor was first made in an earlier step
+            for r in reversed(refs):
                 t = r()
                 if t is None or id(t) in seen:
                     continue
                 seen.add(id(t))
                 if t._v[0].kind == ir.OP:
                     bases.append(t)
+            bases.reverse()
             full = True
             n_refs, n_dead = len(refs), len(refs) - len(seen)
         else:
