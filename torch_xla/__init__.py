@@ -23,9 +23,7 @@ _dlpack.install()
 def device(index=None):
     """The XLA device of this process (`xla:0`); `index` must be None or 0."""
     if index not in (None, 0):
-        raise ValueError(
-            f"torch_xla: this process owns one XLA device (xla:0); got index {index}. "
-            "Use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
+        _api.check_device_index(torch.device("xla", index))
     return torch.device("xla", 0)
 
 

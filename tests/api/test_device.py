@@ -223,3 +223,34 @@ def test_memory_info(dev):
     info = xm.get_memory_info(dev)
     assert set(info) >= {"bytes_used", "bytes_limit"}
     assert info["bytes_limit"] > 0
+
+
+def test_xm_save_cleans_temporary_files(tmp_path, dev):
+    import torch_xla.core.xla_model as xm
+    path = tmp_path / "ckpt.pt"
+    stale = tmp_path / "ckpt.pt.tmp-999999999"      # a writer that died mid-save
+    stale.write_bytes(b"x" * 1000)
+    xm.save({"w": torch.arange(3.0, device=dev)}, str(path))
+    assert not stale.exists()
+    assert torch.load(str(path))["w"].tolist() == [0.0, 1.0, 2.0]
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("cannot pickle this")
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        xm.save({"w": Unpicklable()}, str(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]   # our temp file removed
+    assert torch.load(str(path))["w"].tolist() == [0.0, 1.0, 2.0]       # the old checkpoint is whole
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.zeros(2, device="xla:1"),
+    lambda: torch.ones(2).to("xla:1"),
+    lambda: torch.tensor([1.0], device="xla:1"),
+    lambda: torch.ones(2, device="xla").to("xla:2"),
+    lambda: torch_xla.device(1),
+], ids=["factory", "cpu.to", "torch.tensor", "xla.to", "torch_xla.device"])
+def test_a_second_device_index_raises_everywhere(make):
+    with pytest.raises(ValueError, match=r"owns one XLA device \(xla:0\); got xla:[12]"):
+        make()
+    assert torch.ones(2).to("xla:0").device == torch.device("xla", 0)

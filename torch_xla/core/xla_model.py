@@ -170,6 +170,51 @@ def _xla_tensors(data, out):
             _xla_tensors(v, out)
 
 
+def _save_atomically(obj, path):
+    """torch.save to `path.tmp-<pid>`, fsync, rename: a crash leaves the previous
+    checkpoint whole. Temporary files of writers that died are removed first, and
+    ours is removed when saving fails."""
+    import glob
+    for stale in glob.glob(glob.escape(path) + ".tmp-*"):
+        pid = stale.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            try:
+                os.remove(stale)
+            except OSError:
+                pass
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # never leave a half-written checkpoint
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def save(data, file_or_path, master_only=True, global_master=False):
     """torch.save of `data` with XLA tensors moved to the CPU.
 
@@ -185,9 +230,7 @@ def save(data, file_or_path, master_only=True, global_master=False):
     if should_write:
         cpu_data = _to_cpu_tree(data)  # only the writer reads the tensors back
         if isinstance(file_or_path, (str, os.PathLike)):
-            tmp = f"{file_or_path}.tmp-{os.getpid()}"
-            torch.save(cpu_data, tmp)
-            os.replace(tmp, file_or_path)  # never leave a half-written checkpoint
+            _save_atomically(cpu_data, os.fspath(file_or_path))
         else:
             torch.save(cpu_data, file_or_path)
     if xr.world_size() > 1:

@@ -149,6 +149,12 @@ def tensor_class():
     return XLATensor
 
 
+def check_device_index(device):
+    """ValueError unless `device` is this process's one XLA device (xla / xla:0)."""
+    from .lazy.device import check_index
+    check_index(device)
+
+
 def is_xla_tensor(t):
     from .lazy.tensor import XLATensor
     return isinstance(t, XLATensor)

@@ -124,6 +124,18 @@ _FACTORIES = (
 _EXTRA_FACTORIES = ("tril_indices", "triu_indices", "_efficientzerotensor")
 
 
+def check_index(device):
+    """One torch device per process: `xla:N` with N != 0 is an error, whichever
+    path names it (a factory's device=, .to(), torch.tensor(..., device=))."""
+    if device is None:
+        return
+    d = torch.device(device)
+    if d.type == "xla" and d.index not in (None, 0):
+        raise ValueError(
+            f"torch_xla: this process owns one XLA device (xla:0); got {d}. "
+            "Use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
+
+
 def _factory_impl(func):
     info = OpInfo(func._schema.name.split("::")[-1] + ("." + func._overloadname if func._overloadname != "default" else ""),
                   func, registry.find(func, jax_platform()))
@@ -135,6 +147,7 @@ def _factory_impl(func):
         if info.lowering is None:
             raise RuntimeError(f"torch_xla: no lowering for factory aten::{info.name}")
         kwargs.pop("pin_memory", None)
+        check_index(kwargs.get("device"))
         node, e = trace_node(info, args, kwargs)
         return wrap(node, e)
     return impl

@@ -15,6 +15,7 @@ from . import views
 from ..base.dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
 from .executor import materialize
 from ..ops.registry import handler
+from .device import check_index
 from ..runtime.platform import jax_device
 
 
@@ -85,6 +86,7 @@ def _copy_(args, kwargs):
 def _to_copy(args, kwargs):
     x = args[0]
     device = kwargs.get("device")
+    check_index(device)
     dtype = kwargs.get("dtype") or x.dtype
     if device is not None and torch.device(device).type != "xla":
         out = to_cpu(x)
