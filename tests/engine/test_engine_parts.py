@@ -109,3 +109,18 @@ def test_a_strategy_is_a_registration(dev, monkeypatch):
     y = (torch.full((2, 3), 4.0, device=dev).sqrt() + 1).cpu()
     assert y.tolist() == [[3.0] * 3] * 2
     assert calls and calls[0] >= 2
+
+
+def test_out_of_memory_becomes_torch_oom_naming_the_largest_values(dev, monkeypatch):
+    import jax
+    import pytest
+
+    def exhausted(self, graph, inputs):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4096 bytes.")
+    monkeypatch.setattr(compiler.LocalJit, "compile", exhausted)
+    a = torch.ones(64, 32, device=dev)
+    with pytest.raises(torch.OutOfMemoryError) as ei:
+        (a @ a.T + 5.5).cpu()
+    msg = str(ei.value)
+    assert "ran out of memory to compile a graph" in msg and "RESOURCE_EXHAUSTED" in msg
+    assert "aten::mm -> float32[64, 64]" in msg

@@ -14,6 +14,7 @@ import threading
 import time
 
 import numpy as np
+import torch
 
 from ..base import config, events, metrics
 from ..compile import cache
@@ -73,12 +74,17 @@ def run(root_values, owners=(), donate=False, reason="user"):
             outs = exe.compiled(*inputs)
             metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
         except Exception as e:
-            if events.wanted("failed"):
-                for note in events.emit("failed", graph=g, stage=stage, error=e):
-                    try:
-                        e.add_note(note)
-                    except AttributeError:  # pragma: no cover - Python < 3.11
-                        pass
+            notes = events.emit("failed", graph=g, stage=stage, error=e) if events.wanted("failed") else ()
+            if _is_oom(e):
+                oom = _out_of_memory(g, stage, e)
+                for note in notes:
+                    oom.add_note(note)
+                raise oom from e
+            for note in notes:
+                try:
+                    e.add_note(note)
+                except AttributeError:  # pragma: no cover - Python < 3.11
+                    pass
             raise
         if events.wanted("executed"):
             events.emit("executed", graph=g, executable=exe, reason=reason)
@@ -87,6 +93,39 @@ def run(root_values, owners=(), donate=False, reason="user"):
         # executions on a device run in launch order: the latest outputs stand for all
         _in_flight[:] = outs
         return outs
+
+
+def _is_oom(e):
+    return "RESOURCE_EXHAUSTED" in str(e) or "Out of memory" in str(e)
+
+
+def _out_of_memory(g, stage, e):
+    """torch.OutOfMemoryError naming the graph's largest values and where they were made."""
+    import math
+    from ..base.dtypes import to_jax
+    from ..ir.graph import op_name
+
+    def nbytes(aval):
+        shape, dtype = aval
+        return math.prod(shape) * np.dtype(to_jax(dtype)).itemsize
+
+    sized = []
+    for n in g.order:
+        for aval in n.entry.out_avals:
+            sized.append((nbytes(aval), n, aval))
+    sized.sort(key=lambda t: -t[0])
+    lines = []
+    for b, n, (shape, dtype) in sized[:5]:
+        src = getattr(n, "src", None)
+        at = f" at {src[1]}:{src[2]}" if src else ""
+        lines.append(f"  {b / 2**20:.1f} MiB  {op_name(n.entry)} -> {str(dtype).replace('torch.', '')}{list(shape)}{at}")
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    hint = "" if any(getattr(n, "src", None) for _, n, _ in sized[:5]) else \
+        " (PT_XLA_DEBUG_LEVEL=1 or XLA_IR_DEBUG=1 adds the user line of each)"
+    return torch.OutOfMemoryError(
+        f"torch_xla: the device ran out of memory to {stage} a graph of {len(g.order)} ops: {first}\n"
+        f"Largest values in the graph{hint}:\n" + "\n".join(lines) +
+        "\nA missing xm.mark_step() (one graph over many steps) or a large batch are the usual causes.")
 
 
 def pending_roots(tensors=None):

@@ -29,6 +29,9 @@ def upload_array(cpu):
 
 
 def upload_node(cpu):
+    if cpu.layout is not torch.strided:
+        raise RuntimeError(f"torch_xla: sparse tensors are not supported on the XLA device (layout {cpu.layout}, "
+                           f"shape {list(cpu.shape)}); convert with .to_dense() first")
     return ir.data_node(upload_array(cpu), tuple(cpu.shape), cpu.dtype)
 
 

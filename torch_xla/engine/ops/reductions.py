@@ -1,9 +1,10 @@
 """Reductions, softmax families and cumulative ops."""
 import jax
 import jax.numpy as jnp
+import torch
 from jax import lax
 
-from .registry import ctx, lower
+from .registry import ctx, lower, meta
 
 
 def _od(i=0):
@@ -56,6 +57,20 @@ def _max_all(x):
 @lower("min")
 def _min_all(x):
     return jnp.min(x)
+
+
+def _full_reduction_meta(name):
+    def shape_fn(x):
+        # eager's check: a full max/min of nothing has no value
+        if x.numel() == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        return torch.empty((), dtype=x.dtype, device="meta")
+    return shape_fn
+
+
+meta("max.default")(_full_reduction_meta("max"))
+meta("min.default")(_full_reduction_meta("min"))
 
 
 def _arg(fn, x, dim, keepdim):

@@ -106,9 +106,19 @@ def _nonzero_static(x, *, size, fill_value=-1):
 
 # -- boolean-mask indexing ------------------------------------------------------
 
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+
+
+def _check_index_dtypes(indices):
+    for i in indices:
+        if isinstance(i, torch.Tensor) and i.dtype not in _INDEX_DTYPES:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+
+
 @handler("index.Tensor")
 def _index(args, kwargs):
     x, indices = args[0], list(args[1])
+    _check_index_dtypes(indices)
     if any(_is_mask(i) or _cpu_index(i) for i in indices):
         indices = _expand_masks(indices)
     return _lazy(aten.index.Tensor, (x, indices))
@@ -132,6 +142,7 @@ def _masked_select(args, kwargs):
 
 def _index_put_common(args, kwargs):
     x, indices, values = args[0], list(args[1]), args[2]
+    _check_index_dtypes([i for i in indices if i is not None])
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     masks = [k for k, i in enumerate(indices) if _is_mask(i)]
     if not masks:
