@@ -360,3 +360,19 @@ def test_mnist_mp_example_bit_identical(tmp_path):
     assert res["accuracy"] > 50.0
     assert "params bit-identical across 4 replicas: True" in log
 
+
+
+def test_ddp_bucket_views_compile_without_constant_folding(tmp_path):
+    """DDP's gradient buckets are contiguous views of one flat tensor: as_strided
+    of a contiguous block is a slice (no large index constant for XLA to fold)."""
+    import numpy as np
+    import jax
+    from torch_xla.engine.ops import shape_ops
+    flat = np.arange(24.0, dtype=np.float32)
+    got = shape_ops._as_strided(jax.numpy.asarray(flat), [2, 3], [3, 1], 6)
+    assert np.asarray(got).tolist() == flat[6:12].reshape(2, 3).tolist()
+    hlo = jax.jit(lambda x: shape_ops._as_strided(x, [400, 500], [500, 1], 1000)).lower(
+        jax.ShapeDtypeStruct((300000,), np.float32)).as_text()
+    assert "gather" not in hlo and "slice" in hlo
+    upd = shape_ops._as_strided_scatter(jax.numpy.asarray(flat), jax.numpy.ones((2, 3)), [2, 3], [3, 1], 6)
+    assert np.asarray(upd).tolist() == (flat[:6].tolist() + [1.0] * 6 + flat[12:].tolist())

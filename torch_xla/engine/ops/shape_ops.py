@@ -135,8 +135,24 @@ def _strided_positions(size, stride, storage_offset):
     return idx
 
 
+def _contiguous_block(size, stride):
+    """True when an as_strided view of this size/stride is one contiguous run of
+    storage (DDP's gradient bucket views, flat-parameter views): a slice, not a
+    gather, so XLA gets no index constant to fold and the backward is a pad."""
+    expect = 1
+    for n, st in zip(reversed(size), reversed(stride)):
+        if n != 1 and st != expect:
+            return False
+        expect *= n
+    return True
+
+
 @lower("as_strided", "as_strided_copy")
 def _as_strided(x, size, stride, storage_offset=None):
+    off = storage_offset or 0
+    n = int(np.prod(size)) if len(size) else 1
+    if _contiguous_block(size, stride) and off + n <= x.size:
+        return lax.slice(x.reshape(-1), (off,), (off + n,)).reshape(tuple(size))
     idx = _strided_positions(size, stride, storage_offset)
     flat = x.reshape(-1)
     return jnp.take(flat, jnp.asarray(idx), mode="clip") if idx.size else jnp.zeros(size, x.dtype)
@@ -478,6 +494,11 @@ def _put(x, index, source, accumulate=False):
 
 @lower("as_strided_scatter")
 def _as_strided_scatter(x, src, size, stride, storage_offset=None):
+    off = storage_offset or 0
+    n = int(np.prod(size)) if len(size) else 1
+    if _contiguous_block(size, stride) and off + n <= x.size:
+        flat = lax.dynamic_update_slice(x.reshape(-1), src.reshape(-1).astype(x.dtype), (off,))
+        return flat.reshape(x.shape)
     idx = _strided_positions(size, stride, storage_offset)
     flat = x.reshape(-1)
     return flat.at[jnp.asarray(idx.reshape(-1))].set(src.reshape(-1).astype(x.dtype)).reshape(x.shape)
