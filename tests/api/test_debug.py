@@ -200,3 +200,18 @@ def test_save_hlo_file_on_a_failing_compile(tmp_path, dev, monkeypatch):
     text = f.read_text()
     assert "graph failed to compile: ValueError: lowering exploded" in text
     assert "aten::exp" in text          # lowering failed too, so the IR is kept instead
+
+
+def test_a_large_graph_warns_once_with_the_user_line(dev):
+    import warnings
+    from torch_xla.engine.base import config
+    x = torch.ones(4, device=dev)
+    with config.override(XLA_GRAPH_SIZE_WARNING=50), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(2):
+            for _ in range(60 + 10 * step):   # "forgot mark_step"; a new graph each time
+                x = x * 1.01 + 0.5
+            xm.mark_step()
+    msgs = [str(w.message) for w in caught if "torch_xla: compiling a graph of" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    assert "test_debug.py" in msgs[0] and "xm.mark_step()" in msgs[0]

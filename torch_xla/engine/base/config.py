@@ -46,6 +46,7 @@ KNOBS = {
     "PT_XLA_DEBUG_MAX_FRAME": ("8", "Python frames printed per analysis"),
     "XLA_IR_DEBUG": ("0", "IR nodes record the user's line (read at import)"),
     "XLA_HLO_DEBUG": ("0", "HLO op_name metadata carries aten op and user line (read at import)"),
+    "XLA_GRAPH_SIZE_WARNING": ("4000", "warn (once per user line) when a graph this large compiles; 0: never"),
     "XLA_SAVE_TENSORS_FILE": ("", "append every executed graph to this file"),
     "XLA_SAVE_TENSORS_FMT": ("text", "text, dot, hlo or stablehlo"),
     "XLA_SAVE_HLO_FILE": ("", "keep the HLO of a graph that fails to compile or run"),
