@@ -376,3 +376,34 @@ def test_ddp_bucket_views_compile_without_constant_folding(tmp_path):
     assert "gather" not in hlo and "slice" in hlo
     upd = shape_ops._as_strided_scatter(jax.numpy.asarray(flat), jax.numpy.ones((2, 3)), [2, 3], [3, 1], 6)
     assert np.asarray(upd).tolist() == (flat[:6].tolist() + [1.0] * 6 + flat[12:].tolist())
+
+
+def test_a_second_job_on_a_busy_port_fails_fast_and_leaves_the_first_alone():
+    import socket
+    import time as _t
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    worker = os.path.join(os.path.dirname(__file__), "port_worker.py")
+    first = subprocess.Popen([sys.executable, worker, "12"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = _t.time() + 60
+        while _t.time() < deadline:   # wait until the first job's coordinator listens
+            with socket.socket() as c:
+                if c.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            _t.sleep(0.2)
+        t0 = _t.time()
+        second = subprocess.run([sys.executable, worker, "0"], env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode != 0
+        assert f"port {port}" in second.stderr and "in use by another job" in second.stderr
+        assert _t.time() - t0 < 30
+        out, err = first.communicate(timeout=180)
+        assert first.returncode == 0, err[-2000:]
+        assert "SUM [3.0, 3.0]" in out
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()

@@ -409,6 +409,11 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
     else:
         host_index, layout = 0, [local]
         port = os.environ.get("MASTER_PORT")
+        if port and distributed_init.port_in_use(master, port):
+            # joining a coordinator that serves another job would abort that job
+            raise RuntimeError(
+                f"torch_xla: port {port} on {master} (MASTER_PORT) is in use by another job; "
+                "choose another MASTER_PORT, or leave it unset to pick a free one")
         coordinator = f"{master}:{port or distributed_init.free_port(master)}"
     world = sum(layout)
     offset = sum(layout[:host_index])

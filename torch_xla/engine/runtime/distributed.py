@@ -66,6 +66,17 @@ def free_port(host="127.0.0.1"):
         return s.getsockname()[1]
 
 
+def port_in_use(host, port):
+    """True when something already listens on host:port (another job's coordinator)."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            return s.connect_ex((host if host not in ("", "0.0.0.0") else "127.0.0.1", int(port))) == 0
+        except OSError:
+            return False
+
+
 def init_timeout():
     return config.integer("XLA_DIST_INIT_TIMEOUT")
 
