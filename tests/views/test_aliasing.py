@@ -432,3 +432,12 @@ def test_copy_or_alias_exactly_as_eager(dev):
         a.t().t().reshape(24)[0] = -1   # alias
         return (a,)
     _run_both(fn, dev)
+
+
+def test_backward_through_cpu_of_an_xla_tensor(dev):
+    w = torch.randn(3, device=dev, requires_grad=True)
+    (w * 3).cpu().sum().backward()
+    assert w.grad.cpu().tolist() == [3.0, 3.0, 3.0]
+    x = torch.randn(3, requires_grad=True)
+    (x.to(dev) * 2).cpu().sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
