@@ -11,7 +11,7 @@ handler(args, kwargs):
 """
 import torch
 
-from . import fallback, tracing, views
+from . import fallback, index_checks, tracing, views
 from ..ops import registry
 from ..runtime.platform import jax_platform
 from .tracing import OpInfo, trace_node, wrap
@@ -307,6 +307,11 @@ def _inplace_view_handler(func, twin):
 
 
 def make_handler(func):
+    # indexing ops also trace an "indices in range" flag (index_checks.py)
+    return index_checks.wrap(func, _make_handler(func))
+
+
+def _make_handler(func):
     h = registry.HANDLERS.get(func) or registry.HANDLERS.get(func.overloadpacket)
     if h is not None:
         return h

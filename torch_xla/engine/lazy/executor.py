@@ -21,7 +21,7 @@ from ..compile import cache
 from ..ir import node as ir
 from ..ir.graph import Graph
 from ..runtime.platform import jax_device
-from . import mode, tensor
+from . import index_checks, mode, tensor
 
 _lock = cache.lock
 _donate_ok = config.get("XLA_ENABLE_PARAM_ALIASING") != "0"
@@ -43,6 +43,10 @@ def run(root_values, owners=(), donate=False, reason="user"):
     attached to the error)."""
     with _lock:
         g = Graph.capture(root_values)
+        n_roots = len(root_values)
+        check_values, check_infos = index_checks.take_pending(g, full=donate)
+        if check_values:
+            g = Graph.capture(list(root_values) + check_values)
         if donate and _donate_ok and owners:
             dset = {id(t._last_data) for t in owners if getattr(t, "_last_data", None) is not None
                     and t._last_data.exclusive}
@@ -68,7 +72,7 @@ def run(root_values, owners=(), donate=False, reason="user"):
             else:
                 metrics.counter("CachedCompile")
             last_graph_info.update(hash=exe.hash, n_params=len(g.params), n_nodes=len(g.order),
-                                   n_out=len(root_values))
+                                   n_out=n_roots)
             stage = "run"
             t0 = time.perf_counter_ns()
             outs = exe.compiled(*inputs)
@@ -92,6 +96,9 @@ def run(root_values, owners=(), donate=False, reason="user"):
             g.params[i].data = None
         # executions on a device run in launch order: the latest outputs stand for all
         _in_flight[:] = outs
+        if check_values:
+            index_checks.deliver(outs[n_roots:], check_infos)
+            outs = outs[:n_roots]
         return outs
 
 
@@ -154,6 +161,7 @@ def pending_roots(tensors=None):
 
 def sync(tensors=None, wait=False, reason="user"):
     """Execute pending IR. tensors=None: every live pending tensor (a full barrier)."""
+    index_checks.verify(block=False)   # flags of earlier steps that are ready by now
     with _lock:
         if tensors is None:
             bases = []
@@ -219,7 +227,9 @@ def materialize(value, aval):
         from ..base.dtypes import to_jax
         return np.asarray(node.data, dtype=node.entry).astype(to_jax(aval[1]))
     compact_pending()
-    return run([value], reason="tensor access")[0]
+    out = run([value], reason="tensor access")[0]
+    index_checks.verify(block=True)   # a host read waits anyway
+    return out
 
 
 _in_flight = []
@@ -234,6 +244,7 @@ def wait_device_ops():
             a.block_until_ready()
         except RuntimeError:
             pass  # donated or deleted since
+    index_checks.verify(block=True)
 
 
 def run_step_closures():

@@ -414,9 +414,10 @@ def _nll(x, target, weight, reduction, ignore_index):
         target = target.astype(jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)
     valid = target != ignore_index
     t = jnp.where(valid, target, 0)
-    picked = jnp.take_along_axis(x, jnp.expand_dims(t, c_axis), axis=c_axis).squeeze(c_axis) if x.ndim > 1 \
-        else x[t]
-    w = weight[t] if weight is not None else jnp.ones(t.shape, x.dtype)
+    # out-of-range targets clamp, as every gather here does (the deferred index check reports them)
+    picked = jnp.take_along_axis(x, jnp.expand_dims(t, c_axis), axis=c_axis, mode="clip").squeeze(c_axis) \
+        if x.ndim > 1 else jnp.take(x, t, mode="clip")
+    w = jnp.take(weight, t, mode="clip") if weight is not None else jnp.ones(t.shape, x.dtype)
     w = jnp.where(valid, w, jnp.zeros((), x.dtype)).astype(x.dtype)
     loss = -picked * w
     if reduction == 1:

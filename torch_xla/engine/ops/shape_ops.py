@@ -298,7 +298,7 @@ def _mask_put(x, mask, v, accumulate):
 def _index_select(x, dim, index):
     if x.ndim == 0:
         return jnp.broadcast_to(x, _os())
-    return jnp.take(x, index, axis=dim % x.ndim)
+    return jnp.take(x, index, axis=dim % x.ndim, mode="clip")
 
 
 @lower("gather")
@@ -437,7 +437,7 @@ def _masked_scatter(x, mask, source):
 
 @lower("embedding")
 def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return jnp.take(weight, indices, axis=0)
+    return jnp.take(weight, indices, axis=0, mode="clip")
 
 
 @lower("embedding_dense_backward")
