@@ -137,3 +137,30 @@ _init_env()
 def _xla_runtime_is_initialized():
     from .engine import runtime as _rt
     return _rt.is_initialized()
+
+
+# -- JAX interop (xla_builder.call_jax, op registry) -----------------------------
+
+def _xla_tensor_to_jax(t):
+    """The jax.Array holding XLA tensor `t`'s value, in its device storage type
+    (runs `t`'s pending graph first)."""
+    from .engine import transfers
+    return transfers.device_array(t)
+
+
+def _xla_tensor_from_jax(array, dtype=None):
+    """A new XLA tensor whose device data is `array` (no copy when `array` is
+    already of the storage type of `dtype`, default: the array's own dtype)."""
+    from .engine import dtypes, ir, tensor
+    if dtype is None:
+        dtype = dtypes.JAX_TO_TORCH[array.dtype]
+    st = dtypes.to_jax(dtype)
+    if array.dtype != st:
+        array = array.astype(st)
+    shape = tuple(int(d) for d in array.shape)
+    return tensor.new_base((ir.data_node(array, shape, dtype), 0), (shape, dtype))
+
+
+def _xla_torch_to_jax_dtype(dtype):
+    from .engine import dtypes
+    return dtypes.to_jax(dtype)
