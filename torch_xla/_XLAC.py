@@ -164,3 +164,52 @@ def _xla_tensor_from_jax(array, dtype=None):
 def _xla_torch_to_jax_dtype(dtype):
     from .engine import dtypes
     return dtypes.to_jax(dtype)
+
+
+# -- tensor introspection, readiness callbacks -------------------------------------
+
+def _xla_shape_text(shape, dtype):
+    from .core import xla_builder as xb
+    try:
+        t = xb._PT_XLA_TYPE_MAP[dtype]
+    except KeyError:
+        t = str(dtype).replace("torch.", "")
+    return f"{t}[{','.join(str(int(s)) for s in shape)}]"
+
+
+def _get_xla_tensor_debug_info(tensor):
+    """Upstream's debug text of an XLA tensor: its IR value (when it has pending
+    ops) or its device data (when it holds a buffer)."""
+    from .engine import ir, transfers
+    if getattr(tensor, "_v", None) is None and getattr(tensor, "_xb", None) is None:
+        return "Not a XLATensor\n"
+    v = transfers.value_of(tensor)
+    node = v[0]
+    shape_text = _xla_shape_text(tuple(tensor.shape), tensor.dtype)
+    lines = ["XLATensor {", f"TensorID: {id(tensor)}", "Device: xla:0",
+             f"XLA Shape: {shape_text}", "ShardingSpec: None"]
+    if node.kind == ir.OP:
+        name = getattr(getattr(node.entry, "info", None), "name", None) or "op"
+        lines.append(f"IR: {name}, xla_shape={shape_text}")
+    else:
+        lines.append("IR: None")
+    if node.kind == ir.DATA and node.data is not None:
+        lines += ["XLAData: ", f"  Data Device: {_xla_get_default_device()}",
+                  f"  Data Shape: {shape_text}", f"  Data Handle: {id(node.data)}"]
+    else:
+        lines.append("XLAData: None")
+    lines += ["Tensor on host: None", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _on_ready_callback(tensor, callback):
+    """Call `callback()` on a helper thread once `tensor`'s device buffer is
+    ready (its pending ops, if any, are run first)."""
+    import threading
+    from .engine import transfers
+    array = transfers.device_array(tensor)
+
+    def wait():
+        array.block_until_ready()
+        callback()
+    threading.Thread(target=wait, daemon=True).start()

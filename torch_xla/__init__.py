@@ -20,6 +20,7 @@ from .engine import runtime as _runtime
 _device_layer.register()
 
 from . import _XLAC  # noqa: E402,F401
+from . import experimental  # noqa: E402,F401  (upstream: torch_xla.experimental is an attribute)
 
 
 def device(index=None):
