@@ -53,19 +53,6 @@ def _to_xla(tree):
     return pytree.tree_map_only(torch.Tensor, lambda t: t.to(dev), tree)
 
 
-def _module_to_xla(gm):
-    """Moves parameters, buffers and plain tensor attributes (lifted constants)
-    of every submodule to the XLA device."""
-    dev = _xla()
-    gm = gm.to(dev)
-    for mod in gm.modules():
-        for name, value in list(vars(mod).items()):
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) \
-                    and value.device.type != "xla":
-                setattr(mod, name, value.to(dev))
-    return gm
-
-
 def _flat_tensors(tree):
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
@@ -74,25 +61,56 @@ def _signature(t):
     return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
 
 
+class _DeviceInterpreter(torch.fx.Interpreter):
+    """Runs an exported graph with every `device=` keyword pointed at the XLA
+    device (export records the CPU for factory ops traced on CPU inputs)."""
+
+    def __init__(self, module, device):
+        super().__init__(module)
+        self._device = device
+
+    def call_function(self, target, args, kwargs):
+        if "device" in kwargs:
+            kwargs = dict(kwargs, device=self._device)
+        return super().call_function(target, args, kwargs)
+
+
 class StableHLOGraphModule:
     """A program exported to StableHLO; callable like the original module."""
 
     def __init__(self, exported_program, options=None):
         self._ep = exported_program
         self._options = options or StableHLOExportOptions()
-        self._gm = None
+        self._weights = None
         self._text = {}
         self._bytecode = {}
         self._meta = {}
 
     # -- running -----------------------------------------------------------------
-    def _module(self):
-        if self._gm is None:
-            self._gm = _module_to_xla(self._ep.module())
-        return self._gm
+    def _run(self, args, kwargs):
+        """The program's graph on XLA tensors: weights (moved once) and the user's
+        inputs as flat graph inputs; factory ops' `device=` is the XLA device."""
+        ep = self._ep
+        flat = list(ep._graph_module_flat_inputs(tuple(args), dict(kwargs)))
+        weights = self._weights_cache(flat)
+        inputs = list(weights) + [_to_xla(x) for x in flat[len(weights):]]
+        outs = _DeviceInterpreter(ep.graph_module, _xla()).run(*inputs, enable_io_processing=False)
+        if not isinstance(outs, (tuple, list)):
+            outs = (outs,)
+        from torch.export.graph_signature import OutputKind
+        user = [o for o, spec in zip(outs, ep.graph_signature.output_specs)
+                if spec.kind == OutputKind.USER_OUTPUT]
+        return pytree.tree_unflatten(user, ep.call_spec.out_spec)
+
+    def _weights_cache(self, flat):
+        if self._weights is None:
+            n_extra = sum(1 for spec in self._ep.graph_signature.input_specs
+                          if spec.kind.name != "USER_INPUT")
+            self._weights = [_to_xla(x) for x in flat[:n_extra]]
+        return self._weights
 
     def __call__(self, *args, **kwargs):
-        return self._module()(*_to_xla(args), **_to_xla(kwargs))
+        return self._run(args, kwargs)
 
     def evaluate(self, method_name, args):
         if method_name not in (None, "forward"):
