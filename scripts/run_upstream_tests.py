@@ -292,6 +292,16 @@ def outcomes_for(row, rc, timed_out, text, expected):
     return res
 
 
+def _read_log(folder, name):
+    path = os.path.join(folder, "logs", name.replace("/", "__") + ".log")
+    if not os.path.exists(path):
+        return None, False, 0.0, ""
+    with open(path, errors="replace") as f:
+        text = f.read()
+    finished = re.search(r"^(OK|FAILED)( \(.*\))?$", text, re.M) is not None
+    return (0 if finished else None), False, 0.0, text
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("filters", nargs="*", help="run rows whose name contains one of these")
@@ -300,6 +310,8 @@ def main(argv=None):
     ap.add_argument("-k", dest="k", action="append", default=[], help="unittest -k pattern")
     ap.add_argument("--installed", action="store_true",
                     help="test the installed torch_xla, not this checkout")
+    ap.add_argument("--from-logs", default=None, metavar="DIR",
+                    help="re-read the logs of an earlier run (DIR/logs) instead of running")
     ap.add_argument("--files-tsv", default=None)
     ap.add_argument("--baseline-tsv", default=None)
     opts = ap.parse_args(argv)
@@ -337,8 +349,11 @@ def main(argv=None):
             name = row[0]
             expected = baseline.get(name, collections.OrderedDict())
             print("== %s ..." % name, flush=True)
-            rc, timed_out, secs, text = run_row(row, test_dir, opts.out, opts.timeout, opts.k,
-                                                not opts.installed, shim_dir)
+            if opts.from_logs:
+                rc, timed_out, secs, text = _read_log(opts.from_logs, name)
+            else:
+                rc, timed_out, secs, text = run_row(row, test_dir, opts.out, opts.timeout, opts.k,
+                                                    not opts.installed, shim_dir)
             if opts.k:  # a subset: compare only the cases that ran
                 res = outcomes_for(row, rc, timed_out, text, collections.OrderedDict())
                 expected = collections.OrderedDict((t, o) for t, o in expected.items() if t in res)
