@@ -213,3 +213,24 @@ def _on_ready_callback(tensor, callback):
         array.block_until_ready()
         callback()
     threading.Thread(target=wait, daemon=True).start()
+
+
+# -- matmul precision --------------------------------------------------------------
+
+_mat_mul_precision = "default"
+
+
+def _xla_set_mat_mul_precision(precision):
+    """'default' | 'high' | 'highest': the precision of float32 matmuls and
+    convolutions in graphs compiled from now on (JAX's default_matmul_precision;
+    the CPU always computes them in float32)."""
+    global _mat_mul_precision
+    if precision not in ("default", "high", "highest"):
+        raise ValueError(f"Invalid precision: {precision!r} (expected 'default', 'high' or 'highest')")
+    import jax
+    jax.config.update("jax_default_matmul_precision", precision)
+    _mat_mul_precision = precision
+
+
+def _xla_get_mat_mul_precision():
+    return _mat_mul_precision
