@@ -65,7 +65,7 @@ _ut.TextTestRunner.__init__ = _verbose_init
 _RANK = {"pass": 0, "xfail": 0, "skip": 1, "fail": 2, "error": 3}
 _STATUS = re.compile(r"^(ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$")
 # "name[ extra] (qualified.name)[ [subtest msg]]", as unittest's getDescription writes it
-_DESC = re.compile(r"^(?P<name>\w+)(?P<extra>(?: \(.*?\))*?) \((?P<qual>[\w.]+)\)(?P<sub>(?: \[.*\]| \(.*\))*)$")
+_DESC = re.compile(r"^(?P<name>\w+)(?P<extra>(?: \(.*?\))*?) \((?P<qual>[\w.]+)\)(?P<sub>(?: \[.*\])*)$")
 _ABSL = re.compile(r"^\[ +(RUN|OK|FAILED|SKIPPED) +\] (.+?)\s*$")
 _SUMMARY = re.compile(r"^(FAIL|ERROR): (.+)$")
 
