@@ -234,3 +234,14 @@ def _xla_set_mat_mul_precision(precision):
 
 def _xla_get_mat_mul_precision():
     return _mat_mul_precision
+
+
+def _xla_user_computation(opname, inputs, computation):
+    """Run an `xla_builder.Computation` on XLA tensors; a list of result tensors.
+    Eager, like `xla_builder.call_jax` (not a node of the lazy graph)."""
+    inputs = list(inputs)
+    if not inputs:
+        raise RuntimeError(f"user_computation({opname}): expected at least 1 input tensor.")
+    from .core import xla_builder as xb
+    out = xb.call_jax(computation.jax_function(), inputs, name=opname)
+    return list(out) if isinstance(out, (tuple, list)) else [out]

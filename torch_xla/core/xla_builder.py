@@ -526,3 +526,34 @@ def call_jax(jax_func, args, kwargs=None, name=None, override_hash=None):
     out = jitted(*arrays)
     return jax.tree_util.tree_map(
         lambda a: _XLAC._xla_tensor_from_jax(a) if isinstance(a, jax.Array) else a, out)
+
+
+class Computation:
+    """A named computation made by `create_computation`: `fn` of `Op`s, with the
+    parameter shapes it was created for."""
+
+    def __init__(self, name, fn, shapes):
+        self.name = name
+        self.fn = fn
+        self.shapes = list(shapes)
+
+    def jax_function(self):
+        def run(*arrays):
+            builder = create_builder(self.name)
+            return _unwrap(self.fn(*[Op(a, builder) for a in arrays]))
+        run.__name__ = self.name
+        return run
+
+
+def create_computation(name, fn, shapes, **kwargs):
+    """A Computation of `fn` (a function of Ops) for parameters of `shapes`."""
+    if kwargs:
+        fn0 = fn
+        fn = lambda *ops: fn0(*ops, **kwargs)  # noqa: E731
+    return Computation(name, fn, shapes)
+
+
+def get_computation_hlo(computation):
+    """StableHLO text of a Computation (JAX lowering at its parameter shapes)."""
+    args = [jax.ShapeDtypeStruct(s.sizes, _jnp_dtype(s.dtype)) for s in computation.shapes]
+    return jax.jit(computation.jax_function()).lower(*args).as_text()
