@@ -195,3 +195,14 @@ def test_gru_class_matches_torch():
     o, h = g(x.to(DEV))
     close(o.detach(), o_ref.detach())
     close(h.detach(), h_ref.detach())
+
+
+def test_user_computation():
+    a, b = torch.tensor([1.0, 5.0, -2.0]), torch.tensor([3.0, 2.0, -1.0])
+    fn = lambda x, y: xb.Op.tuple([xb.Op.max(x, y) - xb.Op.min(x, y)])  # noqa: E731
+    comp = xb.create_computation("absdiff", fn, [xb.tensor_shape(a), xb.tensor_shape(b)])
+    out = torch_xla._XLAC._xla_user_computation("xla::absdiff", [a.to(DEV), b.to(DEV)], comp)
+    close(out[0], (a - b).abs())
+    assert "stablehlo" in xb.get_computation_hlo(comp)
+    with pytest.raises(RuntimeError, match="expected at least 1 input tensor"):
+        torch_xla._XLAC._xla_user_computation("xla::absdiff", [], comp)
