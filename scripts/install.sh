@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 EXTRA=${1:-examples}
 case "$EXTRA" in
-  test) MODULES="torch jax sklearn pytest xdist expecttest pytorch_lightning transformers accelerate" ;;
+  test) MODULES="torch jax sklearn pytest xdist expecttest absl pytorch_lightning transformers accelerate" ;;
   *)    MODULES="torch jax sklearn" ;;
 esac
 # fast check (no imports): every module is findable and torch_xla is this checkout

@@ -123,3 +123,104 @@ def _init_env():
 
 def _xla_runtime_is_initialized():
     return _api.is_initialized()
+
+
+# -- JAX interop (xla_builder.call_jax, op registry) -----------------------------
+
+def _xla_tensor_to_jax(t):
+    """The jax.Array holding XLA tensor `t`'s value, in its device storage type
+    (runs `t`'s pending graph first)."""
+    return _api.device_array(t)
+
+
+def _xla_tensor_from_jax(array, dtype=None):
+    """A new XLA tensor whose device data is `array` (no copy when `array` is
+    already of the storage type of `dtype`, default: the array's own dtype)."""
+    if dtype is None:
+        dtype = _api.JAX_TO_TORCH[array.dtype]
+    st = _api.to_jax(dtype)
+    if array.dtype != st:
+        array = array.astype(st)
+    return _api.from_device_array(array, dtype)
+
+
+def _xla_torch_to_jax_dtype(dtype):
+    return _api.to_jax(dtype)
+
+
+# -- tensor introspection, readiness callbacks -------------------------------------
+
+def _xla_shape_text(shape, dtype):
+    from .core import xla_builder as xb
+    try:
+        t = xb._PT_XLA_TYPE_MAP[dtype]
+    except KeyError:
+        t = str(dtype).replace("torch.", "")
+    return f"{t}[{','.join(str(int(s)) for s in shape)}]"
+
+
+def _get_xla_tensor_debug_info(tensor):
+    """Upstream's debug text of an XLA tensor: its IR value (when it has pending
+    ops) or its device data (when it holds a buffer)."""
+    if not _api.is_xla_tensor(tensor):
+        return "Not a XLATensor\n"
+    node = _api.value_node(tensor)
+    shape_text = _xla_shape_text(tuple(tensor.shape), tensor.dtype)
+    lines = ["XLATensor {", f"TensorID: {id(tensor)}", "Device: xla:0",
+             f"XLA Shape: {shape_text}", "ShardingSpec: None"]
+    if _api.is_pending_node(node):
+        name = getattr(getattr(node.entry, "info", None), "name", None) or "op"
+        lines.append(f"IR: {name}, xla_shape={shape_text}")
+    else:
+        lines.append("IR: None")
+    if _api.is_data_node(node) and node.data is not None:
+        lines += ["XLAData: ", f"  Data Device: {_xla_get_default_device()}",
+                  f"  Data Shape: {shape_text}", f"  Data Handle: {id(node.data)}"]
+    else:
+        lines.append("XLAData: None")
+    lines += ["Tensor on host: None", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _on_ready_callback(tensor, callback):
+    """Call `callback()` on a helper thread once `tensor`'s device buffer is
+    ready (its pending ops, if any, are run first)."""
+    import threading
+    array = _api.device_array(tensor)
+
+    def wait():
+        array.block_until_ready()
+        callback()
+    threading.Thread(target=wait, daemon=True).start()
+
+
+# -- matmul precision --------------------------------------------------------------
+
+_mat_mul_precision = "default"
+
+
+def _xla_set_mat_mul_precision(precision):
+    """'default' | 'high' | 'highest': the precision of float32 matmuls and
+    convolutions in graphs compiled from now on (JAX's default_matmul_precision;
+    the CPU always computes them in float32)."""
+    global _mat_mul_precision
+    if precision not in ("default", "high", "highest"):
+        raise ValueError(f"Invalid precision: {precision!r} (expected 'default', 'high' or 'highest')")
+    import jax
+    jax.config.update("jax_default_matmul_precision", precision)
+    _mat_mul_precision = precision
+
+
+def _xla_get_mat_mul_precision():
+    return _mat_mul_precision
+
+
+def _xla_user_computation(opname, inputs, computation):
+    """Run an `xla_builder.Computation` on XLA tensors; a list of result tensors.
+    Eager, like `xla_builder.call_jax` (not a node of the lazy graph)."""
+    inputs = list(inputs)
+    if not inputs:
+        raise RuntimeError(f"user_computation({opname}): expected at least 1 input tensor.")
+    from .core import xla_builder as xb
+    out = xb.call_jax(computation.jax_function(), inputs, name=opname)
+    return list(out) if isinstance(out, (tuple, list)) else [out]

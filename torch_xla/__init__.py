@@ -18,6 +18,7 @@ from . import _XLAC  # noqa: E402,F401
 from .utils import dlpack as _dlpack  # noqa: E402
 
 _dlpack.install()
+from . import experimental  # noqa: E402,F401  (upstream: torch_xla.experimental is an attribute)
 
 
 def device(index=None):

@@ -179,6 +179,20 @@ def device_array(t):
     return _da(t)
 
 
+def value_node(t):
+    """The IR node holding an XLA tensor's current value (views re-derived)."""
+    from .lazy.transfers import value_of
+    return value_of(t)[0]
+
+
+def is_pending_node(node):
+    return node.kind == _node.OP
+
+
+def is_data_node(node):
+    return node.kind == _node.DATA
+
+
 def export_array(t):
     """The jax.Array of an XLA tensor's value in its PyTorch dtype (DLPack export)."""
     from .lazy.tensor import _export_array
