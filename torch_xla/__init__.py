@@ -6,7 +6,6 @@ graph, which is compiled once by XLA (cached by hash) and run at a barrier
 """
 import contextlib
 import functools
-import os
 
 import torch
 
@@ -23,27 +22,8 @@ _device_layer.register()
 from . import _XLAC  # noqa: E402,F401
 
 
-_swap_opted_in = False
-
-
-def _keep_parameters_on_conversion():
-    """Make `module.to(xla)` keep each Parameter object (eager CUDA does: tied weights stay
-    tied, optimizers built before the move keep working). PyTorch does that for a tensor
-    type it cannot shallow-copy only under its swap-on-conversion switch, so a process
-    that asks for an XLA device turns that switch on (once; `XLA_NO_PARAM_SWAP=1` opts out).
-    Processes that never ask for an XLA device are left unchanged."""
-    global _swap_opted_in
-    if _swap_opted_in:
-        return
-    _swap_opted_in = True
-    if os.environ.get("XLA_NO_PARAM_SWAP", "0") not in ("", "0"):
-        return
-    torch.__future__.set_swap_module_params_on_conversion(True)
-
-
 def device(index=None):
     """The XLA device of this process (`xla:0`); `index` must be None or 0."""
-    _keep_parameters_on_conversion()
     if index not in (None, 0):
         raise ValueError(
             f"torch_xla: this process owns one XLA device (xla:0); got index {index}. "
@@ -53,7 +33,6 @@ def device(index=None):
 
 def devices():
     """The XLA devices this process can address: [xla:0]."""
-    _keep_parameters_on_conversion()
     return [torch.device("xla", 0)]
 
 

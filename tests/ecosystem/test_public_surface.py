@@ -102,7 +102,8 @@ def test_data_movement_helpers():
     assert kept[0].device.type == "xla"
 
 
-def test_replication_and_device_helpers():
+def test_replication_and_device_helpers(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")  # set_replication may set it; undone after the test
     dev = torch_xla.device()
     xm.set_replication(dev, xm.get_xla_supported_devices())  # accelerate's call
     xm.set_replication(dev, [])

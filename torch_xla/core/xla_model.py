@@ -413,7 +413,9 @@ def set_replication(device, devices):
 
     Here replication is the job the launcher (or torchrun) started: every process
     owns one device, and the collectives span every process. This checks that
-    `device` is this process's device and records it as the current one."""
+    `device` is this process's device and records it as the current one; in a
+    process no launcher started it also sets LOCAL_RANK (if unset) to the local
+    ordinal, 0, which is what clients reading LOCAL_RANK after this call expect."""
     device = str(device)
     devices = [str(d) for d in (devices or [])]
     ctx = _get_device_context(device)
@@ -426,6 +428,9 @@ def set_replication(device, devices):
         ctx.device_index = 0
     if torch.device(device).type == "xla":
         torch_xla.device(torch.device(device).index)  # raises for a device this process does not own
+    # Clients that set up replication and then read LOCAL_RANK (accelerate off TPU) must see this
+    # process's local ordinal, not "unset"; a launcher has already set it, and then it is left alone.
+    os.environ.setdefault("LOCAL_RANK", str(xr.local_ordinal()))
 
 
 def unlazy(tensors):
