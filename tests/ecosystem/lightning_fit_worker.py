@@ -17,6 +17,13 @@ def data(batch):
     return DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=False)
 
 
+def _device(trainer):
+    try:
+        return str(trainer.strategy.root_device)
+    except RuntimeError:  # XLAStrategy in the parent of the spawned replicas
+        return "spawned"
+
+
 def main():
     import pytorch_lightning as pl
 
@@ -55,7 +62,7 @@ def main():
     trainer.fit(model, data(batch), ckpt_path=resume)
     result = {"weight": model.layer.weight.detach().float().cpu().flatten().tolist(),
               "bias": model.layer.bias.detach().float().cpu().tolist(),
-              "device": str(trainer.strategy.root_device), "strategy": type(trainer.strategy).__name__,
+              "device": _device(trainer), "strategy": type(trainer.strategy).__name__,
               "accelerator": type(trainer.accelerator).__name__,
               "precision": type(trainer.precision_plugin).__name__}
     trainer.save_checkpoint(out + ".ckpt")
