@@ -84,19 +84,46 @@ def step():
         sync()
 
 
-def compile(f=None, full_graph=False, name=None, num_different_graphs_allowed=None):  # noqa: A001
+def compile(f=None, full_graph=False, name=None, max_different_graphs=None,  # noqa: A001
+            custom_compile_options=None, *, num_different_graphs_allowed=None):
     """Trace `f` lazily and sync once when it returns, so one call is one graph.
 
     Works as a decorator, `torch_xla.compile(fn)`, or as a context manager,
-    `with torch_xla.compile(): ...`."""
+    `with torch_xla.compile(): ...`. With max_different_graphs (older name:
+    num_different_graphs_allowed), a call of `f` that compiles a graph beyond that many
+    new graphs raises RuntimeError. custom_compile_options (XLA flag overrides) are not
+    supported here and raise NotImplementedError."""
+    if custom_compile_options:
+        set_custom_compile_options(custom_compile_options)
+    if max_different_graphs is None:
+        max_different_graphs = num_different_graphs_allowed
     if f is None:
         return _CompileContext(full_graph, name)
 
+    seen = [0]
+
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
+        _m = _api.metrics
+        sync()  # work pending before the call is not f's graph
+        before = _m.counter_value("UncachedCompile") or 0
         with _CompileContext(full_graph, name):
-            return f(*args, **kwargs)
+            out = f(*args, **kwargs)
+        seen[0] += (_m.counter_value("UncachedCompile") or 0) - before
+        if max_different_graphs is not None and seen[0] > max_different_graphs:
+            raise RuntimeError(
+                f"torch_xla.compile({name or getattr(f, '__name__', f)}): {seen[0]} different graphs "
+                f"were compiled, more than max_different_graphs={max_different_graphs}")
+        return out
     return wrapper
+
+
+def set_custom_compile_options(options):
+    """Upstream: XLA compiler option overrides for later compilations. Not supported:
+    graphs are compiled through jax.jit with JAX's own options."""
+    raise NotImplementedError(
+        "torch_xla.set_custom_compile_options: XLA compile option overrides are not supported by this "
+        "torch_xla (compilation goes through jax.jit)")
 
 
 class _CompileContext:

@@ -106,3 +106,51 @@ def set_device_type(pjrt_device):
     if _api.is_initialized():
         warnings.warn("set_device_type after the runtime started has no effect")
     os.environ["PJRT_DEVICE"] = pjrt_device
+
+
+def is_bf16_supported():
+    """True when a bfloat16 tensor can be made on the XLA device."""
+    import torch
+    try:
+        torch.tensor([1.0], dtype=torch.bfloat16, device="xla")
+        return True
+    except Exception:  # noqa: BLE001  (any failure means unsupported, as upstream)
+        return False
+
+
+def get_num_cached_compilation_graph():
+    """How many compiled graphs the in-memory compilation cache holds."""
+    return _api.compiled_graph_count()
+
+
+def _device_attributes(jdev):
+    attrs = {"name": f"{str(jdev.platform).upper()}:{jdev.id}", "device_kind": str(jdev.device_kind),
+             "id": int(jdev.id), "process_index": int(jdev.process_index)}
+    for key in ("coords", "core_on_chip", "num_cores", "slice_index"):
+        val = getattr(jdev, key, None)
+        if val is not None:
+            attrs[key] = list(val) if isinstance(val, (tuple, list)) else val
+    return attrs
+
+
+def runtime_device_attributes(device):
+    """Attributes of one runtime device of this process ('CPU:0' or 'xla:0'): name,
+    device_kind, id, process_index, and on TPU coords/core_on_chip."""
+    name = str(device)
+    if name.startswith("xla"):
+        import torch
+        import torch_xla
+        torch_xla.device(torch.device(name).index)  # raises for a device this process does not own
+    elif name.split(":")[0].upper() not in (device_type(), "GPU" if device_type() == "CUDA" else ""):
+        raise RuntimeError(f"runtime_device_attributes: unknown device {device}")
+    return _device_attributes(_api.jax_device())
+
+
+def global_runtime_device_attributes():
+    """runtime_device_attributes of every device of the job (this process's from JAX,
+    the others' as JAX's distributed client reports them)."""
+    import jax
+    mine = _api.jax_device()
+    if world_size() == 1:
+        return [_device_attributes(mine)]
+    return [_device_attributes(d) for d in jax.devices()]

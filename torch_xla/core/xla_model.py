@@ -37,7 +37,7 @@ def xla_device_hw(device):
     return xr.device_type()
 
 
-def get_xla_supported_devices(devkind=None, max_devices=None):
+def get_xla_supported_devices(max_devices=None):
     """The XLA devices of this process, as strings ('xla:0')."""
     return ["xla:0"]
 
@@ -56,7 +56,7 @@ def get_ordinal(defval=0):
     return xr.global_ordinal()
 
 
-def get_local_ordinal(defval=0):
+def get_local_ordinal():
     """This process's ordinal on its host."""
     return xr.local_ordinal()
 
@@ -71,11 +71,11 @@ def is_master_ordinal(local=True):
     return (xr.local_ordinal() if local else xr.global_ordinal()) == 0
 
 
-def master_print(*args, fd=None, **kwargs):
-    """print() on the global master ordinal only."""
+def master_print(*args, fd=None, local=False, flush=False):
+    """print() on the master ordinal only (local=True: on each host's master)."""
     import sys
-    if is_master_ordinal(local=False):
-        print(*args, file=fd or sys.stdout, **kwargs)
+    if is_master_ordinal(local=local):
+        print(*args, file=fd or sys.stdout, flush=flush)
 
 
 # -- barriers ----------------------------------------------------------------
@@ -249,14 +249,15 @@ def all_reduce(reduce_type, inputs, scale=1.0, groups=None, pin_layout=True):
     return collectives.all_reduce(reduce_type, inputs, scale, groups)
 
 
-def all_gather(value, dim=0, groups=None, output=None, pin_layout=True):
+def all_gather(value, dim=0, groups=None, output=None, pin_layout=True, channel_id=None,
+               use_global_device_ids=None):
     """Concatenate every replica's `value` along `dim`."""
     from ..distributed import collectives
     return collectives.all_gather(value, dim, groups, output)
 
 
 def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None,  # noqa: A002
-                   pin_layout=True):
+                   pin_layout=True, channel_id=None, use_global_device_ids=None):
     """Reduce across replicas, then keep this replica's shard along scatter_dim."""
     from ..distributed import collectives
     return collectives.reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups, output)
@@ -388,3 +389,303 @@ def get_stablehlo_bytecode(tensors=None):
 
 
 del io
+
+
+# -- device contexts, replication and data movement (upstream's helpers) ------
+
+import contextlib as _contextlib  # noqa: E402
+import threading as _threading  # noqa: E402
+from typing import TypedDict as _TypedDict  # noqa: E402
+
+from ..utils import utils as _xu  # noqa: E402
+
+
+class DeviceContext:
+    """Per-device bookkeeping upstream keeps (the device string and its replica index)."""
+
+    def __init__(self, device):
+        self.device = device
+
+
+_DEVICE_CONTEXTS = {}
+_DEVICE_CONTEXTS_LOCK = _threading.Lock()
+
+
+def _get_device_context(device=None):
+    key = str(torch_xla.device() if device is None else device)
+    with _DEVICE_CONTEXTS_LOCK:
+        ctx = _DEVICE_CONTEXTS.get(key)
+        if ctx is None:
+            ctx = _DEVICE_CONTEXTS[key] = DeviceContext(key)
+        return ctx
+
+
+def _xla_real_device(device):
+    """The runtime name ('CPU:3') behind an XLA device of this process."""
+    dev = torch.device(device)
+    if dev.type != "xla" or dev.index not in (None, 0):
+        raise RuntimeError(f"Invalid device format: {device}")
+    return torch_xla.real_devices()[0]
+
+
+def xla_device_kind(device=None):
+    """A vendor string naming the kind of device (JAX's device_kind, e.g. 'cpu', 'TPU v4')."""
+    return str(_api.jax_device().device_kind)
+
+
+def xla_replication_devices(local_devices=None):
+    """The runtime names of every device taking part in replication, by ordinal."""
+    local = [str(d) for d in (local_devices or get_xla_supported_devices())]
+    kinds = set()
+    for d in local:
+        if not d.startswith("xla"):
+            raise RuntimeError(f"Cannot replicate across non-XLA devices: devices={local_devices}")
+        kinds.add(xla_device_hw(d))
+    if len(kinds) != 1:
+        raise RuntimeError(f"Cannot replicate across different device types: devices={local_devices}")
+    if len(local) != len(get_xla_supported_devices()):
+        raise RuntimeError(f"Cannot replicate if number of devices ({len(local)}) is different from "
+                           f"{len(get_xla_supported_devices())}")
+    kind = kinds.pop()
+    return [f"{kind}:{i}" for i in range(xr.global_device_count())]
+
+
+def set_replication(device, devices):
+    """Declare the devices this process replicates over (upstream's per-thread setup).
+
+    Here replication is the job the launcher (or torchrun) started: every process
+    owns one device, and the collectives span every process. This checks that
+    `device` is this process's device and records it as the current one; in a
+    process no launcher started it also sets LOCAL_RANK (if unset) to the local
+    ordinal, 0, which is what clients reading LOCAL_RANK after this call expect."""
+    device = str(device)
+    devices = [str(d) for d in (devices or [])]
+    ctx = _get_device_context(device)
+    if devices:
+        xla_replication_devices(devices)  # validates the list
+        if device not in devices:
+            raise ValueError(f"set_replication: {device} is not one of {devices}")
+        ctx.device_index = devices.index(device)
+    else:
+        ctx.device_index = 0
+    if torch.device(device).type == "xla":
+        torch_xla.device(torch.device(device).index)  # raises for a device this process does not own
+    # Clients that set up replication and then read LOCAL_RANK (accelerate off TPU) must see this
+    # process's local ordinal, not "unset"; a launcher has already set it, and then it is left alone.
+    os.environ.setdefault("LOCAL_RANK", str(xr.local_ordinal()))
+
+
+def unlazy(tensors):
+    """Block until `tensors` are computed (benchmarking helper)."""
+    _api.sync(list(tensors), wait=True, reason="xm.unlazy")
+
+
+def _plain_tensor(v):
+    """A tensor that is not a Parameter (XLA tensors are a torch.Tensor subclass here)."""
+    return isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter)
+
+
+class ToXlaTensorArena:
+    """Finds the tensors select_fn picks in a nested structure, converts them all
+    at once with convert_fn(list) -> list, and rebuilds the structure."""
+
+    def __init__(self, convert_fn, select_fn):
+        self._convert_fn = convert_fn
+        self._select_fn = select_fn
+        self._tensors = []
+
+    def transform(self, inputs):
+        found = []
+        _xu.for_each_instance(inputs, self._select_fn, found.append)
+        converted = iter(self._convert_fn(found) if found else [])
+        return _xu.for_each_instance_rewrite(inputs, self._select_fn, lambda _: next(converted))
+
+
+def check_view_sharing(obj):
+    """Raise RuntimeError when two tensors in `obj` are views of the same storage
+    (saving them would silently duplicate the data)."""
+    seen, aliases = set(), {}
+
+    def info(t):
+        return f"{t.dtype}{list(t.size())}"
+
+    def check(t):
+        if id(t) in seen:
+            return
+        seen.add(id(t))
+        if t.device.type == "xla":
+            base = getattr(t, "_xb", None)
+            alias = None if base is None else ("xla", id(base))
+        else:
+            alias = ("torch", t.untyped_storage().data_ptr())
+        if alias is None:
+            return
+        other = aliases.get(alias)
+        if other is not None:
+            raise RuntimeError(f"Tensor ID {id(t)} ({info(t)}) is sharing a view with tensor ID "
+                               f"{id(other)} ({info(other)})")
+        aliases[alias] = t
+
+    _xu.for_each_instance(obj, _plain_tensor, check)
+
+
+def _fetch_gradients(optimizer):
+    """The .grad of every parameter of the optimizer that has one."""
+    return [p.grad.data for group in optimizer.param_groups for p in group["params"]
+            if isinstance(p, torch.Tensor) and p.grad is not None]
+
+
+def _maybe_convert_to_cpu(data, convert=True):
+    """`data` with its XLA tensors computed (one barrier) and, with convert, moved to the CPU."""
+    def convert_fn(tensors):
+        _api.sync(tensors, wait=True, reason="xm._maybe_convert_to_cpu")
+        return [t.cpu() for t in tensors] if convert else tensors
+    return ToXlaTensorArena(convert_fn, lambda v: _plain_tensor(v) and is_xla_tensor(v)).transform(data)
+
+
+def send_cpu_data_to_device(datas, device, input_sharding=None):
+    """Move every CPU tensor in `datas` (a single tensor becomes [tensor]) to `device`."""
+    if input_sharding is not None:
+        raise NotImplementedError("send_cpu_data_to_device(input_sharding=...): SPMD sharding is not "
+                                  "implemented in this torch_xla")
+    if _plain_tensor(datas):
+        datas = [datas]
+    return ToXlaTensorArena(lambda ts: [t.to(device) for t in ts],
+                            lambda v: _plain_tensor(v) and v.device.type == "cpu").transform(datas)
+
+
+def xla_rendezvous(payload=b"", ordinals=None, tag=None):
+    """Exchange `payload` (bytes) with every replica; returns each ordinal's payload."""
+    if ordinals and len(ordinals) != xr.global_device_count():
+        raise ValueError("Only global rendezvous is supported")
+    if not isinstance(payload, bytes):
+        raise TypeError(f"`payload` must be bytes, not {type(payload)}")
+    torch_xla.sync()
+    if xr.world_size() == 1:
+        return [payload]
+    return rendezvous(tag or "torch_xla.core.xla_model.xla_rendezvous", payload)
+
+
+def _get_all_reduce_token():
+    raise NotImplementedError(
+        "xm._get_all_reduce_token: collectives here are ordered inside the step graph, "
+        "there is no all-reduce token to read")
+
+
+def _run_step_closures():
+    """Run the pending step closures now."""
+    _api.run_step_closures()
+    return _get_device_context()
+
+
+@_contextlib.contextmanager
+def fork_rng(device=None, enabled=True):
+    """Restore the device RNG state on exit from the block."""
+    if not enabled:
+        yield
+        return
+    state = get_rng_state(device)
+    try:
+        yield
+    finally:
+        set_rng_state(state, device)
+
+
+class MemoryInfo(_TypedDict, total=False):
+    """What get_memory_info returns."""
+    bytes_used: int
+    bytes_limit: int
+    peak_bytes_used: int
+
+
+class CoalescingBuckets:
+    """Groups tensors into buckets of at most bucket_cap_mb MiB and calls
+    func(bucket, out_bucket) for each full bucket (upstream's bucketized collectives)."""
+
+    def __init__(self, func, input_list, output_list=None, bucket_cap_mb=160):
+        if not isinstance(input_list, list) or any(not isinstance(v, torch.Tensor) for v in input_list):
+            raise TypeError("`input_list` must be a list of torch tensors")
+        if output_list is not None and (len(output_list) != len(input_list)):
+            raise ValueError("`output_list` must have the length of `input_list`")
+        self._func = func
+        self._input = input_list
+        self._output = output_list
+        self._cap = bucket_cap_mb * 1024 * 1024
+        self._total = 0
+        self._bucket, self._out_bucket = [], []
+        self._results = []
+
+    def flush(self):
+        if not self._bucket:
+            return
+        out = self._out_bucket if self._output is not None else None
+        result = self._func(self._bucket, out)
+        if isinstance(result, (list, tuple)):
+            self._results.extend(result)
+        elif result is not None:
+            self._results.append(result)
+        self._bucket, self._out_bucket, self._total = [], [], 0
+
+    def add(self, tensor, idx):
+        nbytes = tensor.numel() * tensor.element_size()
+        if self._bucket and self._total + nbytes > self._cap:
+            self.flush()
+        self._bucket.append(tensor)
+        if self._output is not None:
+            self._out_bucket.append(self._output[idx])
+        self._total += nbytes
+
+    def __call__(self):
+        for idx, tensor in enumerate(self._input):
+            self.add(tensor, idx)
+        self.flush()
+        return self._output if self._output is not None else self._results
+
+    def get_input_list(self):
+        return self._input
+
+
+def all_gather_bucketized(input_list, dim=0, groups=None, output=None, pin_layout=False, bucket_cap_mb=0):
+    """all_gather of each tensor of input_list (one graph node each; bucket_cap_mb is accepted
+    for compatibility: the collectives are fused in the step graph anyway)."""
+    results = [all_gather(t, dim=dim, groups=groups) for t in input_list]
+    if output is not None:
+        for o, r in zip(output, results):
+            o.copy_(r)
+        return output
+    return results
+
+
+def reduce_scatter_bucketized(reduce_type, input_list, scale, scatter_dim, shard_count, groups=None,
+                              output=None, pin_layout=False, bucket_cap_mb=0):
+    """reduce_scatter of each tensor of input_list (see all_gather_bucketized)."""
+    results = [reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups=groups)
+               for t in input_list]
+    if output is not None:
+        for o, r in zip(output, results):
+            o.copy_(r)
+        return output
+    return results
+
+
+def all_reduce_bucketized_gradients(gradients, scale, groups, pin_layout, bucket_cap_mb=0):
+    """Sum `gradients` in place across replicas and multiply by scale."""
+    if gradients:
+        all_reduce(REDUCE_SUM, list(gradients), scale=scale, groups=groups)
+
+
+def _all_gather_using_all_reduce(value, dim=0, groups=None, pin_layout=True):
+    """all_gather written as an all_reduce of zero-padded slots (upstream's fallback path)."""
+    n = xr.world_size() if not groups else len(groups[0])
+    if n == 1:
+        return value
+    if dim < 0:
+        dim += value.dim()
+    ordinal = get_ordinal()
+    if groups:
+        ordinal = next(g.index(ordinal) for g in groups if ordinal in g)
+    shape = list(value.shape)
+    shape[dim] *= n
+    padded = torch.zeros(shape, dtype=value.dtype, device=value.device)
+    padded.narrow(dim, ordinal * value.shape[dim], value.shape[dim]).copy_(value)
+    return all_reduce(REDUCE_SUM, padded, groups=groups)

@@ -58,6 +58,19 @@ def _apply_sharding(t, sharding):
         sharding(t)
 
 
+class PerDeviceQueue:
+    """The two bounded queues of one device in a ParallelLoader: CPU batches read from
+    the loader, and batches already on the device."""
+
+    def __init__(self, device, loader_prefetch_size, device_prefetch_size):
+        import itertools
+        import queue
+        self.device = device
+        self.cpu_loader_queue = queue.Queue(maxsize=loader_prefetch_size)
+        self.queue = queue.Queue(maxsize=device_prefetch_size)
+        self.close_queue_count = itertools.count()
+
+
 class PerDeviceLoader:
     """The iterator of one device: batches already on the device."""
 

@@ -234,3 +234,20 @@ def _register():
 
 
 _register()
+
+
+def new_xla_process_group(ranks=None, timeout=None, backend=None, pg_options=None):
+    """torch.distributed.new_group for the `xla` backend. Only the whole world is
+    supported (ranks None or every rank): the `xla` process group has no sub-groups."""
+    import torch.distributed as dist
+    if isinstance(ranks, range):
+        ranks = list(ranks)
+    if isinstance(pg_options, dict) and "xla_pg_options" in pg_options:
+        raise NotImplementedError("new_xla_process_group: SPMD process groups (xla_pg_options) are not "
+                                  "supported by this torch_xla")
+    if ranks is not None and sorted(ranks) != list(range(dist.get_world_size())):
+        raise NotImplementedError(
+            f"new_xla_process_group(ranks={ranks}): the xla process group has no sub-groups in this "
+            "torch_xla; use the world group, or xm collectives with groups=")
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    return dist.new_group(ranks=ranks, backend=backend, pg_options=pg_options, **kwargs)

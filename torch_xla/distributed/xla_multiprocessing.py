@@ -41,3 +41,10 @@ class MpSerialExecutor:
     def run(self, fn):
         with self._lock:
             return fn()
+
+
+def create_optimized_replica_groups():
+    """Replica groups reordered for a TPU slice's interconnect, or None for the default
+    order. Upstream reorders only for a few TPU slice types; no platform here needs it,
+    so the answer is None (use ordinal order)."""
+    return None

@@ -20,25 +20,51 @@ def _fmt(v, spec=".5f"):
         return str(v)
 
 
+def _device_spec(device):
+    """`xla:0/3`: the device and this process's global ordinal."""
+    ordinal = _ordinal(device)
+    return str(device) if ordinal < 0 else f"{device}/{ordinal}"
+
+
+def _emit(fields):
+    print("|", " ".join(f for f in fields if f), flush=True)
+
+
 def print_training_update(device, step, loss, rate, global_rate, epoch=None, summary_writer=None):
-    """Print one training progress line: device, epoch, step, loss and rates."""
-    parts = [f"[xla:{_ordinal(device)}]({now()})"]
-    if epoch is not None:
-        parts.append(f"Epoch={epoch}")
-    parts += [f"Step={step}", f"Loss={_fmt(loss)}", f"Rate={_fmt(rate, '.2f')}",
-              f"GlobalRate={_fmt(global_rate, '.2f')}", f"Time={now()}"]
-    print("| Training Device=" + parts[0] + " " + " ".join(parts[1:]), flush=True)
+    """Print one training progress line: device/ordinal, epoch, step, loss and rates."""
+    _emit(["Training", f"Device={_device_spec(device)}",
+           None if epoch is None else f"Epoch={epoch}",
+           f"Step={step}", f"Loss={_fmt(loss)}", f"Rate={_fmt(rate, '.2f')}",
+           f"GlobalRate={_fmt(global_rate, '.2f')}", f"Time={now()}"])
+    if summary_writer is not None:
+        write_to_summary(summary_writer, dict_to_write={
+            "examples/sec": rate, "average_examples/sec": global_rate})
 
 
 def print_test_update(device, accuracy, epoch=None, step=None):
-    """Print one test line: device, epoch/step and accuracy."""
-    parts = []
-    if epoch is not None:
-        parts.append(f"Epoch={epoch}")
-    if step is not None:
-        parts.append(f"Step={step}")
-    parts += [f"Accuracy={_fmt(accuracy, '.2f')}", f"Time={now()}"]
-    print(f"| Test Device=[xla:{_ordinal(device)}] " + " ".join(parts), flush=True)
+    """Print one test line: device/ordinal, step, epoch and accuracy."""
+    _emit(["Test", f"Device={_device_spec(device)}",
+           None if step is None else f"Step={step}",
+           None if epoch is None else f"Epoch={epoch}",
+           None if accuracy is None else f"Accuracy={_fmt(accuracy, '.2f')}",
+           f"Time={now()}"])
+
+
+def mp_test(func):
+    """Decorator: run a test function in a child process; a TestCase asserts exit code 0."""
+    import functools
+    import multiprocessing
+    import unittest
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        proc = multiprocessing.Process(target=func, args=args, kwargs=kwargs)
+        proc.start()
+        proc.join()
+        if args and isinstance(args[0], unittest.TestCase):
+            args[0].assertEqual(proc.exitcode, 0)
+        return proc.exitcode
+    return wrapper
 
 
 def _ordinal(device):

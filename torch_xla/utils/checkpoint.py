@@ -43,6 +43,25 @@ class _device_rng:
         return False
 
 
+def get_device_states(*args):
+    """(devices, RNG states) of the XLA devices of the tensor arguments."""
+    from ..core import xla_model as xm
+    devices = sorted({str(a.device) for a in args if isinstance(a, torch.Tensor) and a.device.type == "xla"})
+    return devices, [xm.get_rng_state(d) for d in devices]
+
+
+def set_device_states(devices, states):
+    """Restore the RNG states `get_device_states` returned."""
+    from ..core import xla_model as xm
+    for device, state in zip(devices, states):
+        xm.set_rng_state(state, device)
+
+
+class CheckpointStatus:
+    """Set while a checkpointed function recomputes (upstream's flag)."""
+    is_recomputing = False
+
+
 class CheckpointFunction(torch.autograd.Function):
 
     @staticmethod

@@ -3,7 +3,27 @@
 `save` moves XLA tensors to the CPU and writes with torch.save (only the master
 ordinal writes unless master_only=False); `load` reads it back, on the CPU
 unless a device is given."""
+import os
+
 import torch
+
+
+class TensorReference:
+    """Placeholder upstream's sharded save format leaves in the pickled data for the
+    tensor stored as `<path>.tensors/tensor_<tid>.pt`; load() resolves it."""
+
+    def __init__(self, tid):
+        self.tid = tid
+
+
+def _resolve_references(path, data):
+    folder = path + ".tensors"
+    if not isinstance(path, str) or not os.path.isdir(folder):
+        return data
+    from . import utils as xu
+    return xu.for_each_instance_rewrite(
+        data, lambda v: isinstance(v, TensorReference),
+        lambda ref: torch.load(os.path.join(folder, f"tensor_{ref.tid}.pt"), weights_only=False))
 
 
 def save(data, path, master_only=True, global_master=False):
@@ -14,7 +34,7 @@ def save(data, path, master_only=True, global_master=False):
 
 def load(path, device=None):
     """Load what `save` wrote; with `device`, move every tensor there."""
-    data = torch.load(path, weights_only=False)
+    data = _resolve_references(path, torch.load(path, weights_only=False))
     if device is None:
         return data
 
