@@ -227,3 +227,12 @@ def initialize_cache(path, readonly=False):
 
 def memory_stats():
     return jax_device().memory_stats() or {}
+
+
+# -- captured steps (torch.compile's openxla backend, torch_xla.compile replay) --------
+
+def capture_step(fn, args):
+    """Trace fn(*args) once lazily and capture it as a replayable step;
+    -> (step, outputs). `step.replayable`, `step.why`, `step.run(args)`."""
+    from .lazy.replay import Step
+    return Step.capture(fn, args)

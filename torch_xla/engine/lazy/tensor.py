@@ -6,6 +6,7 @@ executed, an op node while pending. A view holds `_base` (its root base) and
 base whenever the base has changed since (see views.py). `_gen` counts a
 base's mutations.
 """
+import sys
 import weakref
 
 import torch
@@ -13,9 +14,39 @@ import torch
 from . import autograd_errors, mode, tracing
 
 _DEVICE = None  # torch.device("xla", 0), set once PrivateUse1 is renamed (device.register)
+_modules = sys.modules
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
 
 
-class XLATensor(torch.Tensor):
+class _XLATensorMeta(type(torch.Tensor)):
+    """TorchDynamo traces a tensor whose class keeps torch.Tensor's
+    `__torch_dispatch__` and treats any other subclass as an opaque object.
+    While Dynamo is tracing (a TracingContext is active), the class answers
+    with torch.Tensor's dispatcher, so Dynamo records XLA tensors as tensors on
+    the `xla` device; the real dispatch (looked up on instances by PyTorch's
+    C++ dispatcher) is untouched. See torch_xla/_dynamo."""
+
+    def __getattribute__(cls, name):
+        if name == "__torch_dispatch__":
+            g = _modules.get("torch._guards")
+            if g is not None and g.TracingContext.try_get() is not None:
+                _dynamo_hook()
+                return _PLAIN_DISPATCH
+        return type.__getattribute__(cls, name)
+
+
+def _dynamo_hook():
+    """Once: Dynamo must not trace the engine's own frames (they run eagerly)."""
+    if not _hooked:
+        _hooked.append(True)
+        from torch._dynamo import trace_rules
+        trace_rules.add("torch_xla")
+
+
+_hooked = []
+
+
+class XLATensor(torch.Tensor, metaclass=_XLATensorMeta):
     # Python-level torch functions go straight to C++; all the work is in dispatch.
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -84,6 +115,11 @@ class XLATensor(torch.Tensor):
         if self.requires_grad:
             cpu.requires_grad_(True)
         return cpu.__reduce_ex__(proto)
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # AOTAutograd (torch.compile training) checks a tangent's class against the
+        # plain torch.Tensor it traced with (see _XLATensorMeta): an XLA tensor is one
+        return self
 
     def __deepcopy__(self, memo):
         if id(self) in memo:
