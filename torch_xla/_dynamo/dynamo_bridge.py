@@ -20,6 +20,8 @@ op on the CPU, or an input is a view) runs through lazy tracing on every call,
 which is always correct. Graph breaks need nothing here: Dynamo runs the code
 between compiled graphs as ordinary Python, i.e. lazily.
 """
+import warnings
+
 import torch
 
 import torch_xla
@@ -109,9 +111,10 @@ def extract_compiled_graph(xla_model, xla_args):
     _metrics.counter("DynamoExtractCompiledGraph")
     for a in xla_args:
         if isinstance(a, torch.Tensor) and a.device.type != "xla":
-            raise RuntimeError(
+            warnings.warn(
                 f"torch_xla dynamo bridge: found a tensor of shape {tuple(a.shape)} on {a.device}; "
-                "move every input and the model to torch_xla.device() before torch.compile")
+                "move every input and the model to torch_xla.device() before torch.compile "
+                "(this graph runs lazily on every call)")
     return CompiledGraph(xla_model)
 
 

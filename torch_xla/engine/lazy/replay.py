@@ -10,8 +10,9 @@ tensors for the outputs and new data for the arguments written in place.
 
 A step cannot be replayed (`replayable` is False, and the caller traces
 lazily every time) when the trace executed something (a host read or a CPU
-fallback: its result would be baked in as a constant), or when an argument is
-a view (writes through views need the lazy path).
+fallback: its result would be baked in as a constant), when an argument is
+a view (writes through views need the lazy path) or a CPU tensor (Dynamo passes
+Python floats so) (writes through views need the lazy path).
 
 Random ops: each takes a seed from the device generator as a scalar leaf.
 The capture records which scalar leaves hold the seeds it took, and a replay
@@ -21,6 +22,7 @@ masks every step exactly as the lazy path does.
 import collections
 
 import numpy as np
+import torch
 
 from ..base import metrics
 from ..compile import cache
@@ -82,7 +84,9 @@ class Step:
         executed = _executions() != n_exec
         mutated = [i for i, v in saved.items() if _base(args[i])._v is not v]
         st.why = None
-        if views:
+        if any(type(a) is not tensor.XLATensor and isinstance(a, torch.Tensor) for a in args):
+            st.why = "an input is not on the XLA device (its value would be baked in)"
+        elif views:
             st.why = "an argument is a view"
         elif executed:
             st.why = "the function executed a graph while tracing (host read or CPU fallback)"
