@@ -85,25 +85,37 @@ def step():
         sync()
 
 
-def compile(f=None, full_graph=False, name=None, num_different_graphs_allowed=None):  # noqa: A001
+def compile(f=None, full_graph=False, name=None, num_different_graphs_allowed=None,  # noqa: A001
+            max_different_graphs=None, custom_compile_options=None):
     """Trace `f` lazily and sync once when it returns, so one call is one graph.
 
     Works as a decorator, `torch_xla.compile(fn)`, or as a context manager,
-    `with torch_xla.compile(): ...`."""
+    `with torch_xla.compile(): ...`. `full_graph=True`: any execution inside is
+    an error. `num_different_graphs_allowed` (upstream 2.9 also spells it
+    `max_different_graphs`): at most that many different graphs per compiled
+    function; one more raises a RuntimeError naming the first op that differs.
+    `custom_compile_options` is accepted and ignored (JAX picks XLA's flags)."""
+    limit = num_different_graphs_allowed if num_different_graphs_allowed is not None else max_different_graphs
+    if name is None and f is not None:
+        name = getattr(f, "__name__", None) or str(f)
     if f is None:
-        return _CompileContext(full_graph, name)
+        return _CompileContext(full_graph, name, limit)
+    ctx = _CompileContext(full_graph, name, limit)
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
-        with _CompileContext(full_graph, name):
+        with ctx:
             return f(*args, **kwargs)
+    wrapper._xla_graphs = ctx.graphs
     return wrapper
 
 
 class _CompileContext:
-    def __init__(self, full_graph, name):
+    def __init__(self, full_graph, name, limit=None):
         self.full_graph = full_graph
         self.name = name
+        self.limit = limit
+        self.graphs = {}   # graph key -> op lines, of the graphs this function made
 
     def __enter__(self):
         sync()
@@ -113,8 +125,44 @@ class _CompileContext:
     def __exit__(self, *exc):
         _api.exit_compile(self._saved)
         if exc[0] is None:
+            if self.limit is not None:
+                self._check_limit()
             sync()
         return False
 
+    def _check_limit(self):
+        key, lines = _api.op_trace()
+        if key in self.graphs:
+            return
+        if len(self.graphs) >= self.limit:
+            raise RuntimeError(_different_graph_error(self.limit, lines, list(self.graphs.values()), self.name))
+        self.graphs[key] = lines
+
     def __call__(self, f):
-        return compile(f, self.full_graph, self.name)
+        return compile(f, self.full_graph, self.name, self.limit)
+
+
+def _different_graph_error(limit, got, seen, name):
+    """Upstream's message: the first op where the new graph leaves every graph seen."""
+    best, at = seen[0], -1
+    for lines in seen:
+        n = 0
+        while n < min(len(lines), len(got)) and lines[n] == got[n]:
+            n += 1
+        if n > at:
+            best, at = lines, n
+    msg = [f"Maximum number of different graphs allowed per function exceeded: {limit}"]
+    if at == len(got) == len(best):
+        msg.append(f"Got the same {len(got)} ops as a graph seen before, on inputs of other shapes or dtypes")
+    elif at < len(got):
+        msg.append(f"Got: {got[at]}")
+    else:
+        msg.append(f"Reached the end of the function at: {got[at - 1] if at else '(no ops)'}")
+    if at < len(best):
+        msg.append(f"Expected: {best[at]}")
+    elif at < len(got):
+        msg.append("Expected the graph to end here (the ops match a graph seen before up to this point;"
+                   " an input's shape or dtype changed)")
+    if name:
+        msg.append(f"(in torch_xla.compile'd {name})")
+    return "\n".join(msg)

@@ -100,6 +100,12 @@ def stablehlo_bytecode(tensors=None):
     return _dump.stablehlo_bytecode(tensors)
 
 
+def op_trace(tensors=None):
+    """(key, op lines) of the graph computing `tensors` (None: every pending
+    tensor), for torch_xla.compile's limit on different graphs."""
+    return _dump.op_trace(_executor.pending_roots(None if tensors is None else list(tensors)))
+
+
 def explain_recompilations(last=None):
     return _debug.explain_recompilations(last)
 
