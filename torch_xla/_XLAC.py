@@ -123,3 +123,12 @@ def _init_env():
 
 def _xla_runtime_is_initialized():
     return _api.is_initialized()
+
+
+def _init_computation_client():
+    """Bring the runtime (the JAX backend of PJRT_DEVICE) up now."""
+    _api.jax_device()
+
+
+def _get_xla_tensor_debug_info(tensor):
+    return _api.tensor_debug_info(tensor)

@@ -242,3 +242,17 @@ def capture_step(fn, args):
     -> (step, outputs). `step.replayable`, `step.why`, `step.run(args)`."""
     from .lazy.replay import Step
     return Step.capture(fn, args)
+
+
+def tensor_debug_info(t):
+    """Upstream's `_get_xla_tensor_debug_info` text: 'XLAData: None' while the
+    tensor's value is pending IR, the device data's shape once it is computed."""
+    b = t if t._xb is None else t._xb
+    node = b._v[0]
+    lines = ["XLATensor {", f"TensorID: {id(b)}", f"Device: {jax_platform().upper()}:0",
+             f"XLA Shape: {_dump.xla_shape(*b._aval)}"]
+    if node.kind == _node.OP:
+        lines += ["ValueNode: " + node.entry.name, "XLAData: None"]
+    else:
+        lines += ["ValueNode: None", "XLAData: ", f"  Data Shape: {_dump.xla_shape(*b._aval)}"]
+    return "\n".join(lines + ["}"])

@@ -14,36 +14,68 @@ import torch
 from . import autograd_errors, mode, tracing
 
 _DEVICE = None  # torch.device("xla", 0), set once PrivateUse1 is renamed (device.register)
-_modules = sys.modules
 _PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
 
 
 class _XLATensorMeta(type(torch.Tensor)):
-    """TorchDynamo traces a tensor whose class keeps torch.Tensor's
-    `__torch_dispatch__` and treats any other subclass as an opaque object.
-    While Dynamo is tracing (a TracingContext is active), the class answers
-    with torch.Tensor's dispatcher, so Dynamo records XLA tensors as tensors on
-    the `xla` device; the real dispatch (looked up on instances by PyTorch's
-    C++ dispatcher) is untouched. See torch_xla/_dynamo."""
-
-    def __getattribute__(cls, name):
-        if name == "__torch_dispatch__":
-            g = _modules.get("torch._guards")
-            if g is not None and g.TracingContext.try_get() is not None:
-                _dynamo_hook()
-                return _PLAIN_DISPATCH
-        return type.__getattribute__(cls, name)
+    """XLATensor's metaclass. TorchDynamo traces a tensor whose class keeps
+    torch.Tensor's `__torch_dispatch__` and treats any other subclass as an
+    opaque object. Once torch._dynamo is imported, the class answers
+    `__torch_dispatch__` with torch.Tensor's while Dynamo traces (a
+    TracingContext is active), so Dynamo records XLA tensors as tensors on the
+    `xla` device (their ops run on fake tensors); at any other time the real
+    dispatcher is returned. Until then the metaclass adds nothing: lazy
+    tracing of a program that never imports Dynamo pays no lookup."""
 
 
-def _dynamo_hook():
-    """Once: Dynamo must not trace the engine's own frames (they run eagerly)."""
-    if not _hooked:
-        _hooked.append(True)
-        from torch._dynamo import trace_rules
-        trace_rules.add("torch_xla")
+def _getattribute_under_dynamo(cls, name):
+    if name == "__torch_dispatch__" and getattr(_tls[0], "tracing_context", None) is not None:
+        if not _skipped:
+            _skip_engine()
+        return _PLAIN_DISPATCH
+    return type.__getattribute__(cls, name)
 
 
-_hooked = []
+_tls = [None]
+
+
+def _dynamo_imported():
+    """torch._dynamo is being imported: switch the class lookup on, and keep
+    Dynamo out of the engine's own frames (they always run as Python)."""
+    if _tls[0] is not None:
+        return
+    import torch._guards as guards
+    _tls[0] = guards._TLS
+    _XLATensorMeta.__getattribute__ = _getattribute_under_dynamo
+
+
+class _DynamoImportWatch:
+    """A sys.meta_path entry that only notices the import of torch._dynamo
+    (and finds nothing itself)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "torch._dynamo":
+            sys.meta_path.remove(_DynamoImportWatch)
+            _dynamo_imported()
+        return None
+
+
+def _skip_engine():
+    """Dynamo must not trace torch_xla's own frames (a sync or an op handler
+    called from compiled code runs as Python)."""
+    _skipped.append(True)
+    from torch._dynamo import trace_rules
+    trace_rules.add("torch_xla")
+
+
+_skipped = []
+
+
+if "torch._dynamo" in sys.modules:
+    _dynamo_imported()
+else:
+    sys.meta_path.insert(0, _DynamoImportWatch)
 
 
 class XLATensor(torch.Tensor, metaclass=_XLATensorMeta):
