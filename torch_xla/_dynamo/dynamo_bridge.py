@@ -109,6 +109,7 @@ def extract_compiled_graph(xla_model, xla_args):
     """What torch's openxla backends call: -> a callable running the FX graph
     `xla_model` on XLA tensors (the first call is `xla_args`)."""
     _metrics.counter("DynamoExtractCompiledGraph")
+    _api.dynamo_ready()
     for a in xla_args:
         if isinstance(a, torch.Tensor) and a.device.type != "xla":
             warnings.warn(

@@ -256,3 +256,10 @@ def tensor_debug_info(t):
     else:
         lines += ["ValueNode: None", "XLAData: ", f"  Data Shape: {_dump.xla_shape(*b._aval)}"]
     return "\n".join(lines + ["}"])
+
+
+def dynamo_ready():
+    """Keep TorchDynamo out of torch_xla's and JAX's frames (idempotent)."""
+    from .lazy import tensor
+    if not tensor._skipped:
+        tensor._skip_engine()

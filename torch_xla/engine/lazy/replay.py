@@ -20,11 +20,12 @@ takes as many fresh seeds and feeds them in their place, so dropout draws new
 masks every step exactly as the lazy path does.
 """
 import collections
+import time
 
 import numpy as np
 import torch
 
-from ..base import metrics
+from ..base import events, metrics
 from ..compile import cache
 from ..ir import node as ir
 from ..ir.graph import Graph
@@ -148,9 +149,21 @@ class Step:
         tensors (new bases). Arguments written in place get their new data."""
         from . import executor
         from .transfers import device_array
+        traced = _seeds is not None   # the capture's own run: observers count its ops once
         if _seeds is None:
             _seeds = [_random._take_seed() for _ in range(self.n_seeds)]
         inputs = []
+        pend = None
+        for s in self.param_src:
+            if type(s) is int:
+                a = _base(args[s])
+                if a._v[0].kind == ir.OP:
+                    pend = [] if pend is None else pend
+                    pend.append(a)
+        if pend:
+            # inputs still pending IR run first, together, as one graph
+            metrics.counter("DynamoSyncInputExecuteTime")
+            executor.sync(pend, reason="dynamo inputs")
         for s in self.param_src:
             if type(s) is int:
                 a = _base(args[s])
@@ -159,16 +172,25 @@ class Step:
             else:
                 inputs.append(s)
         inputs += self._pools(_seeds)
+        g = self.graph
         with cache.lock:
             exe = self.exe
             if exe is None:
-                exe = cache.lookup(self.graph.key)
+                exe = cache.lookup(g.key)
                 if exe is None:
                     jax_device()
                     metrics.counter("UncachedCompile")
-                    exe = cache.compile_graph(self.graph, inputs)
+                    if events.wanted("compile_begin"):
+                        events.emit("compile_begin", graph=g, reason="dynamo")
+                    exe = cache.compile_graph(g, inputs)
+                    if events.wanted("compiled"):
+                        events.emit("compiled", graph=g, executable=exe, reason="dynamo")
                 self.exe = exe
+            t0 = time.perf_counter_ns()
             outs = exe.compiled(*inputs)
+            metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
+        if traced and events.wanted("executed"):
+            events.emit("executed", graph=g, executable=exe, reason="dynamo")
         executor._in_flight[:] = outs
         for i, aval, arr in zip(self.mut_index, self.mut_avals, outs):
             t = _base(args[i])

@@ -62,11 +62,12 @@ class _DynamoImportWatch:
 
 
 def _skip_engine():
-    """Dynamo must not trace torch_xla's own frames (a sync or an op handler
-    called from compiled code runs as Python)."""
+    """Dynamo must not trace torch_xla's own frames, nor JAX's that they call
+    (a sync or an op handler reached from compiled code runs as Python)."""
     _skipped.append(True)
     from torch._dynamo import trace_rules
-    trace_rules.add("torch_xla")
+    for name in ("torch_xla", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
+        trace_rules.add(name)
 
 
 _skipped = []
