@@ -6,6 +6,7 @@ executed, an op node while pending. A view holds `_base` (its root base) and
 base whenever the base has changed since (see views.py). `_gen` counts a
 base's mutations.
 """
+import os
 import sys
 import weakref
 
@@ -22,14 +23,18 @@ class _XLATensorMeta(type(torch.Tensor)):
     torch.Tensor's `__torch_dispatch__` and treats any other subclass as an
     opaque object. Once torch._dynamo is imported, the class answers
     `__torch_dispatch__` with torch.Tensor's while Dynamo traces (a
-    TracingContext is active), so Dynamo records XLA tensors as tensors on the
-    `xla` device (their ops run on fake tensors); at any other time the real
+    TracingContext is active) and the one asking is Dynamo's own code, so
+    Dynamo records XLA tensors as tensors on the `xla` device (their ops run on fake tensors); at any other time the real
     dispatcher is returned. Until then the metaclass adds nothing: lazy
     tracing of a program that never imports Dynamo pays no lookup."""
 
 
 def _getattribute_under_dynamo(cls, name):
-    if name == "__torch_dispatch__" and getattr(_tls[0], "tracing_context", None) is not None:
+    if (name == "__torch_dispatch__" and getattr(_tls[0], "tracing_context", None) is not None
+            and _DYNAMO_DIR in sys._getframe(1).f_code.co_filename):
+        # Dynamo's own check (variables/builder.py); PyTorch's C++ (making a tensor,
+        # dispatching an op, e.g. a fake-tensor fallback running on real XLA tensors)
+        # is called from other frames and gets the real dispatcher
         if not _skipped:
             _skip_engine()
         return _PLAIN_DISPATCH
@@ -37,6 +42,7 @@ def _getattribute_under_dynamo(cls, name):
 
 
 _tls = [None]
+_DYNAMO_DIR = os.path.join("torch", "_dynamo", "")
 
 
 def _dynamo_imported():
