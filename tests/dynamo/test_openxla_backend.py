@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
-from nets import GPT, MNIST
+from nets import GPT, MNIST, BasicBlock
 
 torch._dynamo.config.cache_size_limit = 64
 
@@ -118,6 +118,24 @@ def test_gpt_training_matches_cpu_and_lazy():
     g = torch.Generator().manual_seed(2)
     batches = [(torch.randint(0, 64, (2, 16), generator=g), torch.randint(0, 64, (2, 16), generator=g))]
     _check_training(GPT, batches, lambda m, i, t: m(i, t))
+
+
+class _ResBlockNet(nn.Module):
+    """A ResNet-style block (convolutions, BatchNorm in training mode, shortcut) and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = BasicBlock(3, 8, 2)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(self.block(x), 1).flatten(1))
+
+
+def test_resnet_block_training_matches_cpu_and_lazy():
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 10, (4,), generator=g))]
+    _check_training(_ResBlockNet, batches, lambda m, x, y: F.cross_entropy(m(x), y))
 
 
 def test_gpt_inference_matches_cpu(dev):
