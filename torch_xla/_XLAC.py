@@ -224,3 +224,8 @@ def _xla_user_computation(opname, inputs, computation):
     from .core import xla_builder as xb
     out = xb.call_jax(computation.jax_function(), inputs, name=opname)
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _init_computation_client():
+    """Bring the runtime (the JAX backend of PJRT_DEVICE) up now."""
+    _api.jax_device()

@@ -89,32 +89,25 @@ def compile(f=None, full_graph=False, name=None, max_different_graphs=None,  # n
     """Trace `f` lazily and sync once when it returns, so one call is one graph.
 
     Works as a decorator, `torch_xla.compile(fn)`, or as a context manager,
-    `with torch_xla.compile(): ...`. With max_different_graphs (older name:
-    num_different_graphs_allowed), a call of `f` that compiles a graph beyond that many
-    new graphs raises RuntimeError. custom_compile_options (XLA flag overrides) are not
-    supported here and raise NotImplementedError."""
+    `with torch_xla.compile(): ...`. `full_graph=True`: any execution inside is
+    an error. `num_different_graphs_allowed` (upstream 2.9 also spells it
+    `max_different_graphs`): at most that many different graphs per compiled
+    function; one more raises a RuntimeError naming the first op that differs.
+    `custom_compile_options` (XLA flag overrides) are not supported: NotImplementedError."""
     if custom_compile_options:
         set_custom_compile_options(custom_compile_options)
-    if max_different_graphs is None:
-        max_different_graphs = num_different_graphs_allowed
+    limit = num_different_graphs_allowed if num_different_graphs_allowed is not None else max_different_graphs
+    if name is None and f is not None:
+        name = getattr(f, "__name__", None) or str(f)
     if f is None:
-        return _CompileContext(full_graph, name)
-
-    seen = [0]
+        return _CompileContext(full_graph, name, limit)
+    ctx = _CompileContext(full_graph, name, limit)
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
-        _m = _api.metrics
-        sync()  # work pending before the call is not f's graph
-        before = _m.counter_value("UncachedCompile") or 0
-        with _CompileContext(full_graph, name):
-            out = f(*args, **kwargs)
-        seen[0] += (_m.counter_value("UncachedCompile") or 0) - before
-        if max_different_graphs is not None and seen[0] > max_different_graphs:
-            raise RuntimeError(
-                f"torch_xla.compile({name or getattr(f, '__name__', f)}): {seen[0]} different graphs "
-                f"were compiled, more than max_different_graphs={max_different_graphs}")
-        return out
+        with ctx:
+            return f(*args, **kwargs)
+    wrapper._xla_graphs = ctx.graphs
     return wrapper
 
 
@@ -127,9 +120,11 @@ def set_custom_compile_options(options):
 
 
 class _CompileContext:
-    def __init__(self, full_graph, name):
+    def __init__(self, full_graph, name, limit=None):
         self.full_graph = full_graph
         self.name = name
+        self.limit = limit
+        self.graphs = {}   # graph key -> op lines, of the graphs this function made
 
     def __enter__(self):
         sync()
@@ -139,8 +134,44 @@ class _CompileContext:
     def __exit__(self, *exc):
         _api.exit_compile(self._saved)
         if exc[0] is None:
+            if self.limit is not None:
+                self._check_limit()
             sync()
         return False
 
+    def _check_limit(self):
+        key, lines = _api.op_trace()
+        if key in self.graphs:
+            return
+        if len(self.graphs) >= self.limit:
+            raise RuntimeError(_different_graph_error(self.limit, lines, list(self.graphs.values()), self.name))
+        self.graphs[key] = lines
+
     def __call__(self, f):
-        return compile(f, self.full_graph, self.name)
+        return compile(f, self.full_graph, self.name, self.limit)
+
+
+def _different_graph_error(limit, got, seen, name):
+    """Upstream's message: the first op where the new graph leaves every graph seen."""
+    best, at = seen[0], -1
+    for lines in seen:
+        n = 0
+        while n < min(len(lines), len(got)) and lines[n] == got[n]:
+            n += 1
+        if n > at:
+            best, at = lines, n
+    msg = [f"Maximum number of different graphs allowed per function exceeded: {limit}"]
+    if at == len(got) == len(best):
+        msg.append(f"Got the same {len(got)} ops as a graph seen before, on inputs of other shapes or dtypes")
+    elif at < len(got):
+        msg.append(f"Got: {got[at]}")
+    else:
+        msg.append(f"Reached the end of the function at: {got[at - 1] if at else '(no ops)'}")
+    if at < len(best):
+        msg.append(f"Expected: {best[at]}")
+    elif at < len(got):
+        msg.append("Expected the graph to end here (the ops match a graph seen before up to this point;"
+                   " an input's shape or dtype changed)")
+    if name:
+        msg.append(f"(in torch_xla.compile'd {name})")
+    return "\n".join(msg)

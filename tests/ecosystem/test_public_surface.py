@@ -250,7 +250,7 @@ def test_compile_max_different_graphs():
     f = torch_xla.compile(step, max_different_graphs=1)
     f(torch.ones(3, device=dev))
     f(torch.ones(3, device=dev))  # same graph: a cache hit
-    with pytest.raises(RuntimeError, match="max_different_graphs"):
+    with pytest.raises(RuntimeError, match="Maximum number of different graphs allowed per function exceeded: 1"):
         f(torch.ones(5, device=dev))
 
 

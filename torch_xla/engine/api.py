@@ -100,6 +100,12 @@ def stablehlo_bytecode(tensors=None):
     return _dump.stablehlo_bytecode(tensors)
 
 
+def op_trace(tensors=None):
+    """(key, op lines) of the graph computing `tensors` (None: every pending
+    tensor), for torch_xla.compile's limit on different graphs."""
+    return _dump.op_trace(_executor.pending_roots(None if tensors is None else list(tensors)))
+
+
 def explain_recompilations(last=None):
     return _debug.explain_recompilations(last)
 
@@ -253,3 +259,33 @@ def initialize_cache(path, readonly=False):
 
 def memory_stats():
     return jax_device().memory_stats() or {}
+
+
+# -- captured steps (torch.compile's openxla backend, torch_xla.compile replay) --------
+
+def capture_step(fn, args):
+    """Trace fn(*args) once lazily and capture it as a replayable step;
+    -> (step, outputs). `step.replayable`, `step.why`, `step.run(args)`."""
+    from .lazy.replay import Step
+    return Step.capture(fn, args)
+
+
+def tensor_debug_info(t):
+    """Upstream's `_get_xla_tensor_debug_info` text: 'XLAData: None' while the
+    tensor's value is pending IR, the device data's shape once it is computed."""
+    b = t if t._xb is None else t._xb
+    node = b._v[0]
+    lines = ["XLATensor {", f"TensorID: {id(b)}", f"Device: {jax_platform().upper()}:0",
+             f"XLA Shape: {_dump.xla_shape(*b._aval)}"]
+    if node.kind == _node.OP:
+        lines += ["ValueNode: " + node.entry.name, "XLAData: None"]
+    else:
+        lines += ["ValueNode: None", "XLAData: ", f"  Data Shape: {_dump.xla_shape(*b._aval)}"]
+    return "\n".join(lines + ["}"])
+
+
+def dynamo_ready():
+    """Keep TorchDynamo out of torch_xla's and JAX's frames (idempotent)."""
+    from .lazy import tensor
+    if not tensor._skipped:
+        tensor._skip_engine()

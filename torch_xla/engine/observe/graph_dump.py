@@ -352,3 +352,13 @@ def save_failing_hlo(values, stage, exc):
     return path
 
 
+
+
+def op_trace(values):
+    """The graph's ops in execution order, one line each as upstream's dynamic
+    shape detector prints them ('[] aten::add, xla_shape=f32[10]{0}, dynamic_dims: ()');
+    -> (graph key, lines)."""
+    g = _graph(values)
+    lines = [f"[] {op_name(n.entry)}, xla_shape={_node_shape_text(n)}, dynamic_dims: ()"
+             for n in g.order]
+    return g.key, lines

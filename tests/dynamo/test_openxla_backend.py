@@ -1,0 +1,227 @@
+"""torch.compile(backend="openxla" / "openxla_eval") against eager CPU and the
+lazy path: inference outputs, 5 training steps' losses, graph breaks,
+recompilation only for new shapes, in-place buffers, dropout."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+from nets import GPT, MNIST, BasicBlock
+
+torch._dynamo.config.cache_size_limit = 64
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    torch._dynamo.reset()
+    yield
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def _count(name):
+    return met.counter_value(name) or 0
+
+
+def test_mlp_inference_replays_one_executable(dev):
+    torch.manual_seed(0)
+    cpu = _mlp()
+    model = copy.deepcopy(cpu).to(dev)
+    f = torch.compile(model, backend="openxla_eval")
+    for _ in range(4):
+        x = torch.randn(8, 16)
+        torch.testing.assert_close(f(x.to(dev)).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+    assert _count("DynamoExtractCompiledGraph") == 1
+    assert _count("DynamoTracedGraph") == 1
+    assert _count("DynamoReplayedGraph") == 3
+    assert _count("UncachedCompile") == 1
+
+
+def test_new_shape_compiles_once_and_stays_cached(dev):
+    torch.manual_seed(0)
+    cpu = _mlp()
+    model = copy.deepcopy(cpu).to(dev)
+    f = torch.compile(model, backend="openxla_eval", dynamic=False)
+    shapes = [5, 5, 7, 7, 5, 7]
+    for b in shapes:
+        x = torch.randn(b, 16)
+        torch.testing.assert_close(f(x.to(dev)).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+    assert _count("UncachedCompile") == 2
+    assert _count("DynamoReplayedGraph") == 4
+
+
+def test_mark_dynamic_accepted(dev):
+    torch.manual_seed(0)
+    cpu = _mlp()
+    model = copy.deepcopy(cpu).to(dev)
+    f = torch.compile(model, backend="openxla_eval")
+    for b in [4, 6, 4, 6]:
+        x = torch.randn(b, 16)
+        xd = x.to(dev)
+        torch._dynamo.mark_dynamic(xd, 0)
+        torch.testing.assert_close(f(xd).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+    assert _count("UncachedCompile") == 2   # one executable per concrete batch size
+
+
+def _train(model_fn, batches, loss_fn, mode, steps=5, lr=0.05):
+    """Losses of `steps` SGD steps: mode 'cpu', 'lazy' or 'dynamo'."""
+    torch.manual_seed(0)
+    model = model_fn()
+    dev = torch.device("cpu") if mode == "cpu" else torch_xla.device()
+    model = model.to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    step_fn = lambda *d: loss_fn(model, *d)  # noqa: E731
+    if mode == "dynamo":
+        step_fn = torch.compile(step_fn, backend="openxla")
+    losses = []
+    for s in range(steps):
+        data = [d.to(dev) for d in batches[s % len(batches)]]
+        opt.zero_grad()
+        loss = step_fn(*data)
+        loss.backward()
+        opt.step()
+        if mode != "cpu":
+            xm.mark_step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def _check_training(model_fn, batches, loss_fn):
+    cpu, p_cpu = _train(model_fn, batches, loss_fn, "cpu")
+    lazy, _ = _train(model_fn, batches, loss_fn, "lazy")
+    met.clear_all()
+    dyn, p_dyn = _train(model_fn, batches, loss_fn, "dynamo")
+    assert dyn == pytest.approx(cpu, rel=1e-4, abs=1e-5)
+    assert dyn == pytest.approx(lazy, rel=1e-5, abs=1e-6)
+    assert dyn[-1] < dyn[0]
+    for a, b in zip(p_dyn, p_cpu):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # forward and backward: traced once each, replayed in every later step
+    assert _count("DynamoTracedGraph") == 2
+    assert _count("DynamoReplayedGraph") == 8
+
+
+def test_mnist_training_matches_cpu_and_lazy():
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 10, (8,), generator=g))]
+    _check_training(MNIST, batches, lambda m, x, y: F.nll_loss(m(x), y))
+
+
+def test_gpt_training_matches_cpu_and_lazy():
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randint(0, 64, (2, 16), generator=g), torch.randint(0, 64, (2, 16), generator=g))]
+    _check_training(GPT, batches, lambda m, i, t: m(i, t))
+
+
+class _ResBlockNet(nn.Module):
+    """A ResNet-style block (convolutions, BatchNorm in training mode, shortcut) and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = BasicBlock(3, 8, 2)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(self.block(x), 1).flatten(1))
+
+
+def test_resnet_block_training_matches_cpu_and_lazy():
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 10, (4,), generator=g))]
+    _check_training(_ResBlockNet, batches, lambda m, x, y: F.cross_entropy(m(x), y))
+
+
+def test_gpt_inference_matches_cpu(dev):
+    torch.manual_seed(0)
+    cpu = GPT().eval()
+    model = copy.deepcopy(cpu).to(dev)
+    f = torch.compile(model, backend="openxla_eval")
+    g = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        i, t = torch.randint(0, 64, (1, 16), generator=g), torch.randint(0, 64, (1, 16), generator=g)
+        with torch.no_grad():
+            torch.testing.assert_close(f(i.to(dev), t.to(dev)).cpu(), cpu(i, t), rtol=1e-5, atol=1e-5)
+    assert _count("DynamoReplayedGraph") == 2
+
+
+def test_optimizer_step_inside_compiled_region(dev):
+    torch.manual_seed(0)
+    cpu = _mlp()
+    model = copy.deepcopy(cpu).to(dev)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (cpu, model)]
+
+    def step(m, opt, x, y):
+        opt.zero_grad()
+        loss = F.mse_loss(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    cstep = torch.compile(step, backend="openxla")
+    g = torch.Generator().manual_seed(4)
+    for _ in range(4):
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        lc = step(cpu, opts[0], x, y)
+        lx = cstep(model, opts[1], x.to(dev), y.to(dev))
+        xm.mark_step()
+        assert lx.item() == pytest.approx(lc.item(), rel=1e-5, abs=1e-6)
+    for a, b in zip(model.parameters(), cpu.parameters()):
+        torch.testing.assert_close(a.cpu(), b.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_breaks_print_and_item(dev, capsys):
+    torch.manual_seed(0)
+    lin1, lin2 = nn.Linear(8, 8), nn.Linear(8, 2)
+    xl1, xl2 = copy.deepcopy(lin1).to(dev), copy.deepcopy(lin2).to(dev)
+
+    def fn(a, b, x):
+        h = torch.relu(a(x))
+        print("between graphs")
+        s = h.sum().item()          # a host read: another graph break
+        return b(h) * s
+
+    cf = torch.compile(fn, backend="openxla_eval")
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(cf(xl1, xl2, x.to(dev)).cpu(), fn(lin1, lin2, x), rtol=1e-4, atol=1e-4)
+    assert capsys.readouterr().out.count("between graphs") == 6
+    assert _count("DynamoExtractCompiledGraph") >= 2
+
+
+def test_inplace_buffer_update_batchnorm(dev):
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    model = copy.deepcopy(cpu).to(dev)
+    f = torch.compile(model, backend="openxla_eval")
+    for _ in range(3):
+        x = torch.randn(2, 3, 6, 6)
+        with torch.no_grad():
+            torch.testing.assert_close(f(x.to(dev)).cpu(), cpu(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(model[1].running_mean.cpu(), cpu[1].running_mean, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model[1].running_var.cpu(), cpu[1].running_var, rtol=1e-5, atol=1e-5)
+    assert model[1].num_batches_tracked.cpu().item() == 3
+    assert _count("DynamoReplayedGraph") == 2
+
+
+def test_dropout_draws_new_masks_like_lazy(dev):
+    def run(compiled):
+        torch_xla.manual_seed(7)
+        drop = nn.Dropout(0.5).to(dev)
+        f = torch.compile(drop, backend="openxla_eval") if compiled else drop
+        x = torch.ones(64, device=dev)
+        return [f(x).cpu() for _ in range(3)]
+
+    dyn, lazy = run(True), run(False)
+    assert not torch.equal(dyn[1], dyn[2])          # a fresh mask each call
+    for d in dyn:
+        assert set(d.unique().tolist()) <= {0.0, 2.0}
+    assert _count("DynamoReplayedGraph") == 2
+    for d, lz in zip(dyn, lazy):
+        torch.testing.assert_close(d, lz)

@@ -1,0 +1,127 @@
+"""The bridge between TorchDynamo and the lazy engine.
+
+torch's `openxla_eval` backend (and `openxla`, which is AOTAutograd around it,
+so forward and backward arrive as two FX graphs) calls
+`extract_compiled_graph(graph_module, args)` with real XLA tensors at the first
+call and then calls what it returns on every later call.
+
+The first call with a new input signature (shapes, dtypes, and the values of
+non-tensor inputs such as symbolic sizes under `mark_dynamic`) runs the FX
+graph once on the XLA tensors through lazy tracing, captures the outputs and
+the inputs it wrote in place as one graph, and compiles it through the compile
+cache. Later calls with that signature skip Python entirely: the inputs'
+device arrays are bound to the graph's parameters, the executable runs, the
+outputs become new tensors and inputs written in place (parameters, buffers,
+optimizer state) get their new values. A signature seen before never
+recompiles.
+
+A graph that cannot be replayed (its trace read a value on the host or ran an
+op on the CPU, or an input is a view) runs through lazy tracing on every call,
+which is always correct. Graph breaks need nothing here: Dynamo runs the code
+between compiled graphs as ordinary Python, i.e. lazily.
+"""
+import warnings
+
+import torch
+
+import torch_xla
+from torch_xla.engine import api as _api
+
+from . import config  # noqa: F401
+
+_metrics = _api.metrics
+
+
+def _signature(args):
+    sig = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            sig.append((tuple(a.shape), a.dtype, a.device.type))
+        else:
+            sig.append(("v", type(a), a if isinstance(a, (int, float, bool)) else id(a)))
+    return tuple(sig)
+
+
+
+def _flatten(out):
+    if isinstance(out, (list, tuple)):
+        return list(out), type(out)
+    return [out], None
+
+
+class CompiledGraph:
+    """The callable torch's backend runs: one captured step per input signature."""
+
+    def __init__(self, graph_module):
+        self.module = graph_module
+        self.steps = {}
+
+    def _call_module(self, *args):
+        out = self.module(*args)
+        flat, kind = _flatten(out)
+        self._kind = kind
+        return flat
+
+    def __call__(self, *args):
+        args = list(args)
+        sig = _signature(args)
+        entry = self.steps.get(sig)
+        if entry is not None:
+            step, kind = entry
+            if step.replayable:
+                _metrics.counter("DynamoReplayedGraph")
+                outs = step.run(args)
+                return self._rebuild(step, kind, outs)
+            _metrics.counter("DynamoLazyGraph")
+            flat = self._call_module(*args)
+            return self._pack(flat, kind)
+        _metrics.counter("DynamoTracedGraph")
+        self._kind = None
+        step, flat = _api.capture_step(self._call_module, args)
+        kind = self._kind
+        if step.replayable:
+            nontensor = [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)]
+            step.extra = (len(flat), nontensor)
+        else:
+            _metrics.counter("DynamoLazyGraph")
+            if _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) >= 1:
+                print(f"pt-xla-profiler: dynamo graph runs lazily on every call: {step.why}")
+        self.steps[sig] = (step, kind)
+        return self._pack(flat, kind)
+
+    @staticmethod
+    def _pack(flat, kind):
+        if kind is None:
+            return flat[0]
+        return kind(flat) if kind in (list, tuple) else list(flat)
+
+    def _rebuild(self, step, kind, outs):
+        n, nontensor = step.extra
+        flat = [None] * n
+        fixed = dict(nontensor)
+        it = iter(outs)
+        for i in range(n):
+            flat[i] = fixed[i] if i in fixed else next(it)
+        return self._pack(flat, kind)
+
+
+def extract_compiled_graph(xla_model, xla_args):
+    """What torch's openxla backends call: -> a callable running the FX graph
+    `xla_model` on XLA tensors (the first call is `xla_args`)."""
+    _metrics.counter("DynamoExtractCompiledGraph")
+    _api.dynamo_ready()
+    for a in xla_args:
+        if isinstance(a, torch.Tensor) and a.device.type != "xla":
+            warnings.warn(
+                f"torch_xla dynamo bridge: found a tensor of shape {tuple(a.shape)} on {a.device}; "
+                "move every input and the model to torch_xla.device() before torch.compile "
+                "(this graph runs lazily on every call)")
+    return CompiledGraph(xla_model)
+
+
+def is_xla_tensor(t):
+    return isinstance(t, torch.Tensor) and t.device.type == "xla"
+
+
+__all__ = ["extract_compiled_graph", "CompiledGraph", "is_xla_tensor"]
+_ = torch_xla
