@@ -147,6 +147,27 @@ def upstream(args):
         return None
 
 
+def _step_in_subprocess(kind, batch, steps, env):
+    """ms/step of the torch_xla step in a fresh process with `env` (knobs read at import)."""
+    code = (f"import sys, json; sys.path.insert(0, {HERE!r}); import bench_core as b; "
+            f"print(json.dumps(b.bench_torch_xla_step({kind!r}, {batch}, {steps})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, **env))
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_index_checks(steps):
+    """The deferred index check's cost: the MNIST step (nll_loss targets checked)
+    with XLA_CHECK_INDICES on and off, each measured twice, alternating."""
+    on, off = [], []
+    for _ in range(2):
+        on.append(_step_in_subprocess("mnist", 64, steps, {"XLA_CHECK_INDICES": "1"}))
+        off.append(_step_in_subprocess("mnist", 64, steps, {"XLA_CHECK_INDICES": "0"}))
+    return min(on), min(off)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
@@ -178,6 +199,10 @@ def main():
         if up and kind in up:
             print(f"  {'  upstream torch_xla 2.9':<28}{up[kind]*1e3:>11.2f}{'':>11}{'':>11}{up[kind]/jx:>9.2f}")
     print("  target: MLP torch_xla/JAX <= 1.15")
+
+    on, off = bench_index_checks(steps)
+    print(f"\n[index checks] MNIST CNN step, batch 64: checks on {on*1e3:.2f} ms, off {off*1e3:.2f} ms "
+          f"({(on / off - 1) * 100:+.1f}%)   target <= +3%")
 
     if not a.quick:
         samples = bench_rss(a.rss_steps)
