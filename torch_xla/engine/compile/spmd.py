@@ -10,6 +10,12 @@ the annotations and chooses how every output is laid out. Outputs stay
 sharded on the devices; the next step feeds them back with the same layouts,
 so its key (which includes each leaf's sharding) is the same and it does not
 compile again.
+
+Unsharded data is uploaded to the first device only. A graph with no sharded
+input and no sharding constraint computes the same value on every device, so
+it runs once, on that device (LocalJit); a graph that mixes sharded and
+unsharded inputs replicates the unsharded ones (compiled as replicated, moved
+into place at the call), and its outputs come back laid out by XLA.
 """
 from ..runtime import topology
 from .compiler import LocalJit, register_strategy
@@ -33,11 +39,25 @@ class SpmdJit(LocalJit):
 
     def compile(self, graph, inputs):  # noqa: A003
         import jax
+        if not _sharded(graph, inputs):
+            return LocalJit.compile(self, graph, inputs)
         fn = graph.build_fn(self.context())
         shardings = self.in_shardings(inputs)
         compiled = jax.jit(fn, in_shardings=shardings,
                            donate_argnums=graph.donated).lower(*inputs).compile()
         return _Placed(compiled, shardings)
+
+
+CONSTRAINT = "sharding_constraint"
+
+
+def _sharded(graph, inputs):
+    """Whether any input spans several devices or any node constrains a sharding."""
+    for x in inputs:
+        s = getattr(x, "sharding", None)
+        if s is not None and len(s.device_set) > 1:
+            return True
+    return any(n.entry.name == CONSTRAINT for n in graph.order)
 
 
 class _Placed:

@@ -154,10 +154,11 @@ def replicated():
 
 
 def upload_device():
-    """Where a tensor moved to `xla:0` is placed: the process's device, or in
-    SPMD mode replicated over every local device."""
-    if _spmd[0]:
-        return replicated()
+    """Where a tensor moved to `xla:0` is placed: the process's device. In SPMD
+    mode too: an unsharded tensor lives on the first device until a program
+    that also reads sharded data needs it everywhere (the SPMD strategy
+    replicates it then), so uploads and all-replicated programs cost one copy,
+    not one per device."""
     from .platform import jax_device
     return jax_device()
 
