@@ -2,7 +2,7 @@
 report comparing it with the same training in eager PyTorch on the CPU.
 
 Run by test_spmd_training.py in a subprocess (CPU_NUM_DEVICES must be set
-before JAX starts): python spmd_mlp_worker.py dp|fsdp|2d|loader
+before JAX starts): python spmd_mlp_worker.py dp|fsdp|2d|loader|fsdpv2
 """
 import copy
 import json
@@ -57,6 +57,7 @@ def main(layout):
     torch.manual_seed(0)
     cpu_model = MLP()
     model = copy.deepcopy(cpu_model).to(torch_xla.device())
+    wrapped = model
     data = batches(STEPS)
     ref_losses = reference(cpu_model, data)
 
@@ -73,11 +74,20 @@ def main(layout):
         mesh = xs.Mesh(np.arange(n), (2, n // 2), ("data", "model"))
         in_spec = ("data", None)
         marks = {"fc1.weight": ("model", None), "fc1.bias": ("model",), "fc2.weight": (None, "model")}
+    elif layout == "fsdpv2":
+        from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
+        mesh = xs.Mesh(np.arange(n), (n,), ("fsdp",))
+        in_spec = ("fsdp", None)
+        wrapped = SpmdFullyShardedDataParallel(model, mesh=mesh)
     else:
         raise SystemExit(f"unknown layout {layout}")
     params = dict(model.named_parameters())
+    if layout == "fsdpv2":
+        # every parameter sharded over 'fsdp' along its largest dimension (if divisible)
+        marks = {name: None for name, p in params.items() if torch_xla._XLAC._get_xla_sharding_spec(p)}
     for name, spec in marks.items():
-        xs.mark_sharding(params[name], mesh, spec)
+        if spec is not None:
+            xs.mark_sharding(params[name], mesh, spec)
     specs_before = {name: torch_xla._XLAC._get_xla_sharding_spec(params[name]) for name in marks}
 
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -88,10 +98,14 @@ def main(layout):
     met.clear_all()
     losses = []
     input_specs = []
+    output_specs = []
 
     def step(x, y):
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
+        out = wrapped(x)
+        if layout == "fsdpv2":
+            output_specs.append(torch_xla._XLAC._get_xla_sharding_spec(out))
+        loss = nn.functional.cross_entropy(out, y)
         loss.backward()
         opt.step()
         return loss
@@ -122,7 +136,7 @@ def main(layout):
         "n": n, "losses": losses, "ref_losses": ref_losses, "compiles": compiles,
         "max_param_diff": max_param_diff, "specs_before": specs_before,
         "specs_after": {name: torch_xla._XLAC._get_xla_sharding_spec(params[name]) for name in marks},
-        "input_specs": input_specs, "per_device": per_device,
+        "input_specs": input_specs, "per_device": per_device, "output_specs": output_specs,
     }))
 
 

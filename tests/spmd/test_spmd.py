@@ -1,4 +1,4 @@
-"""SPMD: training with data-parallel, FSDP-style and 2-D shardings matches eager
+"""SPMD: training with data-parallel, FSDP-style, FSDPv2 and 2-D shardings matches eager
 CPU; sharding strings match upstream's; bad specs raise; the mode switch.
 
 Each case runs in a subprocess, because the number of host devices
@@ -42,7 +42,7 @@ def _check_training(r, steps=5):
     assert r["compiles"] <= 2, r["compiles"]
 
 
-@pytest.mark.parametrize("layout,devices", [("dp", 4), ("fsdp", 4), ("2d", 4), ("2d", 8)])
+@pytest.mark.parametrize("layout,devices", [("dp", 4), ("fsdp", 4), ("2d", 4), ("2d", 8), ("fsdpv2", 4)])
 def test_training_matches_cpu(layout, devices):
     r = _report(layout, devices)
     assert r["n"] == devices
@@ -57,13 +57,18 @@ def test_training_matches_cpu(layout, devices):
     # each sharded parameter: the annotation holds after training, and every device
     # holds exactly its share of the buffer (measured from the JAX shards)
     assert r["specs_after"] == r["specs_before"]
-    ways = {"fsdp": n, "2d": n // 2}.get(layout)
+    ways = {"fsdp": n, "fsdpv2": n, "2d": n // 2}.get(layout)
     for name, (shard, whole, count) in r["per_device"].items():
         assert count == n
         assert shard * ways == whole, (name, shard, whole)
     if layout == "fsdp":
         assert r["specs_before"]["fc1.weight"] == "{devices=[4,1]0,1,2,3}"
         assert r["specs_before"]["fc3.weight"] == "{devices=[1,4]0,1,2,3}"
+    if layout == "fsdpv2":
+        # SpmdFullyShardedDataParallel: every parameter sharded on its largest dim, output on batch
+        assert len(r["per_device"]) == 6
+        assert r["specs_before"]["fc2.weight"] == "{devices=[1,4]0,1,2,3}"
+        assert r["output_specs"] == ["{devices=[4,1]0,1,2,3}"] * 5
     if layout == "2d" and n == 4:
         # mesh (2, 2) ('data', 'model'): rows over 'model', replicated over 'data'
         assert r["specs_before"]["fc1.weight"] == "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}"

@@ -8,7 +8,7 @@ checkpointing) raises NotImplementedError naming itself.
 """
 from .xla_sharded_tensor import XLAShard, XLAShardedTensor
 from .xla_sharding import (
-    HybridMesh, MarkShardingFunction, Mesh, ShardingSpec, ShardingType, clear_sharding,
+    HybridMesh, MarkShardingFunction, apply_backward_optimization_barrier, Mesh, ShardingSpec, ShardingType, clear_sharding,
     get_1d_mesh, get_global_mesh, mark_sharding, mark_sharding_with_gradients,
     set_global_mesh, unwrap_sharded_tensor, wrap_as_sharded_tensor, wrap_if_sharded,
 )
@@ -23,7 +23,7 @@ def _unavailable(name):
 
 
 _NOT_BUILT = (
-    "enable_manual_sharding", "disable_manual_sharding", "apply_backward_optimization_barrier",
+    "enable_manual_sharding", "disable_manual_sharding",
     "shard_as", "annotate_custom_sharding", "xla_distribute_tensor", "xla_distribute_module",
     "auto_policy", "xla_patched_nn_linear_forward", "_mark_manual_sharding",
 )
@@ -33,5 +33,5 @@ __all__ = [
     "XLAShard", "XLAShardedTensor", "Mesh", "HybridMesh", "ShardingType", "ShardingSpec",
     "MarkShardingFunction", "mark_sharding", "mark_sharding_with_gradients", "clear_sharding",
     "get_1d_mesh", "set_global_mesh", "get_global_mesh", "wrap_as_sharded_tensor",
-    "unwrap_sharded_tensor", "wrap_if_sharded", *_NOT_BUILT,
+    "unwrap_sharded_tensor", "wrap_if_sharded", "apply_backward_optimization_barrier", *_NOT_BUILT,
 ]

@@ -310,6 +310,19 @@ def wrap_if_sharded(x):
     return x
 
 
+def apply_backward_optimization_barrier(m):
+    """Put the gradients of m's parameters and m's input gradients through one
+    optimization barrier after m's backward (a full backward hook), so XLA does
+    not fuse m's backward with the rest (which can need huge buffers)."""
+
+    def barrier(module, grad_input, grad_output):
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        grads += [g for g in grad_input if isinstance(g, torch.Tensor)]
+        _api.optimization_barrier_(grads)
+
+    m.register_full_backward_hook(barrier)
+
+
 class ShardingSpec:
     """A mesh and a partition spec, applied to tensors later (MpDeviceLoader's
     `input_sharding`): `apply(t)` marks t; `can_apply(t)` says whether t's rank fits."""
