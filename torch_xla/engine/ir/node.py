@@ -49,8 +49,9 @@ def sharding_key(array):
     s = getattr(array, "sharding", None)
     if s is None:
         return None
+    ndim = len(array.shape)
     try:
-        k = _sharding_keys.get(s)
+        k = _sharding_keys.get((s, ndim))   # one sharding spells different layouts by rank
     except TypeError:
         return None
     if k is None:
@@ -58,11 +59,11 @@ def sharding_key(array):
         if len(devs) == 1:
             k = ()
         else:
-            h = s._to_xla_hlo_sharding(len(array.shape))
+            h = s._to_xla_hlo_sharding(ndim)
             k = (tuple(d.id for d in devs), str(h))
         if len(_sharding_keys) > 4096:
             _sharding_keys.clear()
-        _sharding_keys[s] = k
+        _sharding_keys[(s, ndim)] = k
     return k or None
 
 

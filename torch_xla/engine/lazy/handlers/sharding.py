@@ -39,15 +39,25 @@ def _base_data(t):
     return None
 
 
+def _whole(t):
+    """t's base when t is an alias of all of it (a Parameter made by nn.Module.to
+    is one), else t."""
+    if t._xb is not None and not t._chain and t._aval == t._xb._aval:
+        return t._xb
+    return t
+
+
 def annotate(t, sharding):
     """Lay t out as `sharding` (see the module docstring)."""
-    node = _base_data(t)
+    whole = _whole(t)
+    node = _base_data(whole)
     if node is not None:
         import jax
         arr = jax.device_put(node.data, sharding)
-        new = ir.data_node(arr, *t._aval)
-        views.assign(t, (new, 0), fresh=True)
-        t._last_data = None
+        new = ir.data_node(arr, *whole._aval)
+        views.assign(whole, (new, 0), fresh=True)
+        whole._last_data = None
+        whole._sharding = sharding
     else:
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
         views.assign(t, (out, 0))
@@ -66,12 +76,14 @@ def clear(t):
         return
     t._sharding = None
     rep = topology.replicated()
-    node = _base_data(t)
+    whole = _whole(t)
+    node = _base_data(whole)
     if node is not None:
         import jax
         arr = jax.device_put(node.data, rep)
-        views.assign(t, (ir.data_node(arr, *t._aval), 0), fresh=True)
-        t._last_data = None
+        views.assign(whole, (ir.data_node(arr, *whole._aval), 0), fresh=True)
+        whole._last_data = None
+        whole._sharding = None
     else:
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": rep})
         views.assign(t, (out, 0))
@@ -79,7 +91,7 @@ def clear(t):
 
 
 def _is_sharded_data(t):
-    node = _base_data(t)
+    node = _base_data(_whole(t))
     if node is None:
         return False
     s = getattr(node.data, "sharding", None)
