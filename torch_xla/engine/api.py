@@ -35,6 +35,7 @@ def start():
     from . import ops  # noqa: F401  (lowering rules)
     from .lazy import dispatch, transfers, handlers  # noqa: F401  (tensor-level handlers)
     from .compile import job  # noqa: F401  (the multi-process strategy and its watchdog)
+    from .compile import spmd  # noqa: F401  (the SPMD strategy)
     _debug.install()
     _persistent.from_env()
     if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
@@ -289,3 +290,51 @@ def dynamo_ready():
     from .lazy import tensor
     if not tensor._skipped:
         tensor._skip_engine()
+# -- SPMD ----------------------------------------------------------------------------
+
+def use_spmd():
+    """Switch to SPMD mode (before any device data exists, else RuntimeError)."""
+    topology.enable_spmd()
+
+
+def spmd_devices():
+    """The JAX devices behind the logical SPMD device, by id."""
+    return topology.spmd_devices()
+
+
+def mark_sharding(t, sharding):
+    """Lay XLA tensor t out as the jax `sharding` (data: placed now; pending: a constraint)."""
+    from .lazy.handlers import sharding as _sh
+    _sh.annotate(t, sharding)
+
+
+def sharding_constraint(t, sharding):
+    """A new tensor: t's value under a sharding constraint."""
+    from .lazy.handlers import sharding as _sh
+    return _sh.constrained(t, sharding)
+
+
+def clear_sharding(t):
+    from .lazy.handlers import sharding as _sh
+    _sh.clear(t)
+
+
+def current_sharding(t):
+    """t's jax sharding (annotation or sharded data), or None."""
+    from .lazy.handlers import sharding as _sh
+    return _sh.current_sharding(t)
+
+
+def sharding_spec_string(t):
+    from .lazy.handlers import sharding as _sh
+    return _sh.spec_string(t)
+
+
+def format_sharding(sharding, ndim):
+    from .lazy.handlers import sharding as _sh
+    return _sh.format_sharding(sharding, ndim)
+
+
+def sharding_type(t):
+    from .lazy.handlers import sharding as _sh
+    return _sh.sharding_type(t)
