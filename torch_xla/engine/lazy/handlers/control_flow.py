@@ -1,0 +1,344 @@
+"""Function nodes: scan, while loops, JAX calls and pure functions, each one IR
+node whose lowering is a JAX function of its operands.
+
+A `Spec` is the static half of such a node (what the memo keys on): a kind, a
+structural key, the JAX function of the flat operands, the operand and output
+avals. `apply(spec, operands)` traces the node; when autograd needs it, the node
+is wrapped in `_FnNode` (a torch.autograd.Function) whose backward is another
+function node: the `jax.vjp` of the spec's function with respect to the floating
+operands that need a gradient.
+
+Bodies written in torch (scan's `fn`, the loop functions, assume_pure) are
+captured with `subgraph.capture`; the tensors they close over become trailing
+operands, so gradients reach weights used inside a loop body.
+"""
+import hashlib
+
+import torch
+
+from ...ops.op import OpInfo
+from ..subgraph import CaptureError, capture, jax_spec  # noqa: F401  (re-exported)
+from ..tracing import ValueArg, trace_node, wrap
+
+
+class Spec:
+    __slots__ = ("kind", "key", "fn", "in_avals", "out_avals", "differentiable", "_hash", "_repr")
+
+    def __init__(self, kind, key, fn, in_avals, out_avals, differentiable=True):
+        self.kind = kind
+        self.key = key
+        self.fn = fn
+        self.in_avals = tuple(in_avals)
+        self.out_avals = tuple(out_avals)
+        self.differentiable = differentiable
+        self._hash = hash((kind, key))
+        self._repr = None
+
+    def __eq__(self, other):
+        return type(other) is Spec and self.kind == other.kind and self.key == other.key
+
+    def __hash__(self):
+        return self._hash
+
+    def __repr__(self):
+        # stable text (the graph key and the persistent cache's digest use it);
+        # keys holding a function object spell its address, which disables the
+        # on-disk cache for that graph only
+        if self._repr is None:
+            self._repr = f"{self.kind}<{hashlib.sha256(repr(self.key).encode()).hexdigest()[:16]}>"
+            if " at 0x" in repr(self.key):
+                self._repr += " at 0x"
+        return self._repr
+
+
+def _meta(spec, operands):
+    return [torch.empty(s, dtype=d, device="meta") for s, d in spec.out_avals]
+
+
+def _lowering(spec, operands):
+    return list(spec.fn(*operands))
+
+
+_INFOS = {}
+
+
+def _info(kind):
+    info = _INFOS.get(kind)
+    if info is None:
+        info = _INFOS[kind] = OpInfo(kind, None, _lowering, meta=_meta)
+    return info
+
+
+def _is_float(dtype):
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def _trace(spec, operands):
+    node, entry = trace_node(_info(spec.kind), (spec, list(operands)), {})
+    return list(wrap(node, entry))
+
+
+def apply(spec, operands):
+    """Trace the function node `spec` on operands (XLA tensors or ValueArgs);
+    -> list of output tensors, differentiable when the spec is and an operand
+    requires grad."""
+    tensors = [o for o in operands if isinstance(o, torch.Tensor)]
+    if spec.differentiable and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        slots = tuple(None if isinstance(o, torch.Tensor) else o for o in operands)
+        return list(_FnNode.apply(spec, slots, *tensors))
+    return _trace(spec, operands)
+
+
+def _merge(slots, tensors):
+    it = iter(tensors)
+    return [next(it) if s is None else s for s in slots]
+
+
+class _FnNode(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, spec, slots, *tensors):
+        outs = _trace(spec, _merge(slots, tensors))
+        ctx.spec = spec
+        ctx.slots = slots
+        ctx.save_for_backward(*tensors)
+        nondiff = [o for o, a in zip(outs, spec.out_avals) if not _is_float(a[1])]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        spec = ctx.spec
+        tensors = ctx.saved_tensors
+        need = ctx.needs_input_grad[2:]
+        diff, where = [], []
+        k = 0
+        for i, s in enumerate(ctx.slots):
+            if s is None:
+                if need[k] and _is_float(spec.in_avals[i][1]):
+                    diff.append(i)
+                    where.append(k)
+                k += 1
+        result = [None] * len(tensors)
+        if diff:
+            fouts = [i for i, a in enumerate(spec.out_avals) if _is_float(a[1])]
+            dev = tensors[0].device
+            cts = [grads[i] if grads[i] is not None
+                   else torch.zeros(spec.out_avals[i][0], dtype=spec.out_avals[i][1], device=dev)
+                   for i in fouts]
+            vspec = vjp_spec(spec, tuple(diff), tuple(fouts))
+            gs = apply(vspec, _merge(ctx.slots, tensors) + cts)
+            for k, g in zip(where, gs):
+                result[k] = g
+        return (None, None) + tuple(result)
+
+
+_vjp_specs = {}
+
+
+def vjp_spec(spec, diff, fouts):
+    """The function node computing the gradients of `spec`'s operands `diff` from
+    cotangents of its floating outputs `fouts` (jax.vjp; the forward is
+    recomputed inside, so the node needs only the forward's operands)."""
+    key = (spec, diff, fouts)
+    v = _vjp_specs.get(key)
+    if v is not None:
+        return v
+    n = len(spec.in_avals)
+    f_forward = spec.fn
+
+    def fn(*args):
+        import jax
+        prim = list(args[:n])
+        cts = args[n:]
+
+        def f(*d):
+            full = list(prim)
+            for i, x in zip(diff, d):
+                full[i] = x
+            outs = f_forward(*full)
+            return [outs[i] for i in fouts]
+
+        outs, pull = jax.vjp(f, *[prim[i] for i in diff])
+        return list(pull([c.astype(o.dtype) for c, o in zip(cts, outs)]))
+
+    in_avals = spec.in_avals + tuple(spec.out_avals[i] for i in fouts)
+    out_avals = [spec.in_avals[i] for i in diff]
+    v = Spec(spec.kind + "_backward", ("vjp", spec.kind, spec.key, diff, fouts), fn, in_avals, out_avals)
+    if len(_vjp_specs) > 1024:
+        _vjp_specs.clear()
+    _vjp_specs[key] = v
+    return v
+
+
+# ---------------------------------------------------------------------------
+# scan
+
+def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn"):
+    """lax.scan of fn_flat(*carry, *x_slices) -> [*new_carry, *y_slices] over the
+    leading dimension of xs (lists of XLA tensors); -> (carry list, ys list)."""
+    length = xs[0].shape[0]
+    for x in xs:
+        if x.dim() == 0 or x.shape[0] != length:
+            raise ValueError("scan: every leaf of xs needs the same leading dimension "
+                             f"(got {[tuple(t.shape) for t in xs]})")
+    carry_avals = [t._aval for t in init]
+    x_avals = [(tuple(x.shape[1:]), x.dtype) for x in xs]
+    body = capture(fn_flat, carry_avals + x_avals, name)
+    nc, nx = len(init), len(xs)
+    got = [(tuple(s), d) for s, d in body.out_avals[:nc]]
+    if got != [(tuple(s), d) for s, d in carry_avals]:
+        raise ValueError(f"scan: fn must return a carry of the same shapes and dtypes as init; "
+                         f"init has {carry_avals}, fn returned {got}")
+    y_avals = [((length,) + tuple(s), d) for s, d in body.out_avals[nc:]]
+
+    def fn(*ops):
+        from jax import lax
+        c0 = tuple(ops[:nc])
+        xs_ = tuple(ops[nc:nc + nx])
+        ext = list(ops[nc + nx:])
+        f = body.jax_fn()
+
+        def step(c, x):
+            o = f(list(c) + list(x), ext)
+            return tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c)), tuple(o[nc:])
+
+        c, ys = lax.scan(step, c0, xs_, length=length, reverse=reverse)
+        return list(c) + list(ys)
+
+    spec = Spec("scan", (body.key, nc, nx, length, bool(reverse)), fn,
+                carry_avals + [x._aval for x in xs] + list(body.ext_avals),
+                carry_avals + y_avals)
+    operands = list(init) + list(xs) + body.ext_operands()
+    _release(body)
+    outs = apply(spec, operands)
+    return outs[:nc], outs[nc:]
+
+
+def _release(body):
+    # the spec (kept by the op memo) holds the body: it must not keep tensors alive
+    body.ext_tensors = None
+    body.ext_values = None
+
+
+# ---------------------------------------------------------------------------
+# while loops (forward only)
+
+def while_loop(cond_flat, body_flat, carried, name="while_loop"):
+    """lax.while_loop: cond_flat(*carry) -> 0-dim tensor, body_flat(*carry) -> new carry."""
+    avals = [t._aval for t in carried]
+    cb = capture(cond_flat, avals, "cond_fn")
+    if len(cb.out_avals) != 1 or tuple(cb.out_avals[0][0]) != ():
+        raise ValueError(f"while_loop: cond_fn must return one 0-dim tensor, got {list(cb.out_avals)}")
+    bb = capture(body_flat, avals, "body_fn")
+    if [tuple(s) for s, _ in bb.out_avals] != [tuple(s) for s, _ in avals]:
+        raise ValueError(f"while_loop: body_fn must return tensors of the carried shapes "
+                         f"{[list(s) for s, _ in avals]}, got {[list(s) for s, _ in bb.out_avals]}")
+    n, nce = len(carried), len(cb.ext_avals)
+
+    def fn(*ops):
+        from jax import lax
+        c0 = tuple(ops[:n])
+        ce = list(ops[n:n + nce])
+        be = list(ops[n + nce:])
+        cf = cb.jax_fn()
+        bf = bb.jax_fn()
+
+        def cond(c):
+            return cf(list(c), ce)[0].astype(bool)
+
+        def body(c):
+            return tuple(a.astype(b.dtype) for a, b in zip(bf(list(c), be), c))
+
+        return list(lax.while_loop(cond, body, c0))
+
+    spec = Spec("while_loop", (cb.key, bb.key, n), fn,
+                avals + list(cb.ext_avals) + list(bb.ext_avals), avals, differentiable=False)
+    operands = list(carried) + cb.ext_operands() + bb.ext_operands()
+    _release(cb)
+    _release(bb)
+    return apply(spec, operands)
+
+
+# ---------------------------------------------------------------------------
+# JAX functions in the graph
+
+_call_cache = {}
+
+
+def _static_key(x):
+    try:
+        hash(x)
+        return ("v", type(x), x)
+    except TypeError:
+        return ("id", id(x))
+
+
+def call_jax(jax_fn, args, kwargs=None, name=None):
+    """jax_fn(*args, **kwargs) as one node; XLA tensors in args/kwargs (any pytree)
+    are passed as JAX arrays, everything else as Python values. -> the result
+    pytree with XLA tensors for arrays."""
+    import jax
+    from ..tensor import XLATensor
+    kwargs = kwargs or {}
+    leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
+    tensors, statics, is_t = [], [], []
+    for x in leaves:
+        if isinstance(x, XLATensor):
+            tensors.append(x)
+            is_t.append(True)
+        elif isinstance(x, torch.Tensor):
+            raise TypeError(f"call_jax: tensors must be on the XLA device, got one on {x.device}")
+        else:
+            statics.append(x)
+            is_t.append(False)
+    in_avals = tuple(t._aval for t in tensors)
+    key = (jax_fn, tree, tuple(is_t), tuple(_static_key(s) for s in statics), in_avals, name)
+    spec = _call_cache.get(key)
+    if spec is None:
+        def call(*arrays):
+            ai, si = iter(arrays), iter(statics)
+            full = [next(ai) if t else next(si) for t in is_t]
+            a, k = jax.tree_util.tree_unflatten(tree, full)
+            return jax_fn(*a, **k)
+
+        out = jax.eval_shape(call, *[jax_spec(a) for a in in_avals])
+        out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+        from ...base.dtypes import JAX_TO_TORCH
+        out_avals = [(tuple(o.shape), JAX_TO_TORCH[o.dtype]) for o in out_leaves]
+
+        def fn(*arrays):
+            return jax.tree_util.tree_leaves(call(*arrays))
+
+        spec = Spec("call_jax" if name is None else f"call_jax_{name}", key, fn, in_avals, out_avals)
+        spec_tree = out_tree
+        if len(_call_cache) > 4096:
+            _call_cache.clear()
+        _call_cache[key] = spec = (spec, spec_tree)
+    spec, out_tree = spec
+    outs = apply(spec, tensors)
+    return jax.tree_util.tree_unflatten(out_tree, outs)
+
+
+# ---------------------------------------------------------------------------
+# pure functions traced once
+
+def pure_body(fn_flat, in_avals, name="assume_pure function"):
+    """Capture fn_flat once; -> (Spec, frozen external operands). The externals
+    keep the values they had at capture (as a jitted function's constants)."""
+    body = capture(fn_flat, in_avals, name)
+    for t, a in zip(body.ext_tensors, body.ext_avals):
+        if t is not None and t.requires_grad:
+            raise CaptureError(
+                f"torch_xla: {name} closes over a tensor of shape {list(a[0])} that requires grad; "
+                "pass it as an argument (assume_pure replays the first trace, so closed-over "
+                "tensors are frozen)")
+    n = len(in_avals)
+    ext = [ValueArg(v, a) for v, a in zip(body.ext_values, body.ext_avals)]
+
+    def fn(*ops):
+        return body.jax_fn()(list(ops[:n]), list(ops[n:]))
+
+    spec = Spec("assume_pure", body.key, fn, list(in_avals) + list(body.ext_avals), body.out_avals)
+    _release(body)
+    return spec, ext
