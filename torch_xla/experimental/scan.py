@@ -68,8 +68,11 @@ def scan(fn, init, xs, partition_fn=None, is_fn_pure=False):
         if c_spec != init_spec:
             raise ValueError(f"scan: fn returned a carry of structure {c_spec}, init has {init_spec}")
         y_leaves, spec = tree_flatten(y)
-        y_spec.append(spec)
-        return list(c_leaves) + list(y_leaves)
+        y_spec.append((spec, [v is None for v in y_leaves]))
+        return list(c_leaves) + [v for v in y_leaves if v is not None]
 
     carry, ys = api.scan(flat_fn, nc, init_leaves, x_leaves)
-    return tree_unflatten(carry, init_spec), tree_unflatten(ys, y_spec[-1])
+    spec, holes = y_spec[-1]
+    it = iter(ys)
+    ys = [None if hole else next(it) for hole in holes]
+    return tree_unflatten(carry, init_spec), tree_unflatten(ys, spec)

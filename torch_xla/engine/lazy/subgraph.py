@@ -167,6 +167,33 @@ def _depends(roots, ph_ids):
     return dep
 
 
+def _drop(t):
+    return None
+
+
+def _never(_):
+    raise RuntimeError("torch_xla: backward through the inside of a captured function "
+                       "(its gradient is the jax.vjp of the whole node)")
+
+
+def _check_no_writes(rec, dep, ph_ids, name):
+    """A tensor the function closes over must not be overwritten with body values."""
+    for t, v0 in rec.first.values():
+        if id(t._v[0]) != id(v0[0]) and not dep.get(id(v0[0]), False) and _depends([t._v], ph_ids)[id(t._v[0])]:
+            raise CaptureError(
+                f"torch_xla: {name} writes in place into a tensor of shape {list(t._aval[0])} that it "
+                f"closes over; return the new value instead (e.g. as part of the carry)")
+
+
+def _leaked(refs, ph_ids):
+    out = []
+    for r in refs:
+        t = r()
+        if t is not None and t._xb is None and _depends([t._v], ph_ids)[id(t._v[0])]:
+            out.append(t)
+    return out
+
+
 def capture(fn, in_avals, name="body"):
     """Trace fn(*placeholders) -> flat list of tensors; -> Body.
 
@@ -179,23 +206,20 @@ def capture(fn, in_avals, name="body"):
     ph_ids = {id(n): k for k, n in enumerate(ph_nodes)}
     rec = _Recorder()
     start = len(tensor_mod.pending)
-    with rec:
+    # the body's own autograd graph is never run (its gradient is a jax.vjp):
+    # saving nothing for it keeps its tensors from outliving the trace
+    with rec, torch.autograd.graph.saved_tensors_hooks(_drop, _never):
         outs = fn(*phs)
     outs = list(outs)
-    for k, o in enumerate(outs):
-        if not isinstance(o, XLATensor):
+    for k in range(len(outs)):
+        if not isinstance(outs[k], XLATensor):
             raise CaptureError(f"torch_xla: {name} must return XLA tensors; output {k} is "
-                               f"{type(o).__name__}")
+                               f"{type(outs[k]).__name__}")
     out_values = [value_of(o) for o in outs]
     out_avals = [o._aval for o in outs]
     dep = _depends(out_values, ph_ids)
 
-    # a tensor the function closes over must not be overwritten with body values
-    for t, v0 in rec.first.values():
-        if id(t._v[0]) != id(v0[0]) and not dep.get(id(v0[0]), False) and _depends([t._v], ph_ids)[id(t._v[0])]:
-            raise CaptureError(
-                f"torch_xla: {name} writes in place into a tensor of shape {list(t._aval[0])} that it "
-                f"closes over; return the new value instead (e.g. as part of the carry)")
+    _check_no_writes(rec, dep, ph_ids, name)
 
     ext_index = {}
     ext_values, ext_avals, ext_tensors = [], [], []
@@ -258,13 +282,17 @@ def capture(fn, in_avals, name="body"):
     b.key = (g.key, b.roles, b.in_avals, b.ext_avals)
     b._digest = None
     # the function's own tensors are dead now; drop their pending entries
-    o = None
     del outs, rec, phs
-    for r in tensor_mod.pending[start:]:
-        t = r()
-        if t is not None and t._xb is None and _depends([t._v], ph_ids)[id(t._v[0])]:
-            raise CaptureError(
-                f"torch_xla: {name} keeps a tensor of shape {list(t._aval[0])} computed from its "
+    leaked = _leaked(tensor_mod.pending[start:], ph_ids)
+    if leaked:
+        # autograd's saved tensors may form cycles with their tensors: collect once
+        import gc
+        leaked = None
+        gc.collect()
+        leaked = _leaked(tensor_mod.pending[start:], ph_ids)
+    if leaked:
+        raise CaptureError(
+                f"torch_xla: {name} keeps a tensor of shape {list(leaked[0]._aval[0])} computed from its "
                 f"inputs alive after it returns (a global, a list it appends to); return it instead")
     tensor_mod.pending[:] = [r for r in tensor_mod.pending if r() is not None]
     return b
