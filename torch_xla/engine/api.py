@@ -249,17 +249,17 @@ def call_jax(jax_fn, args, kwargs=None, name=None):
     return control_flow.call_jax(jax_fn, args, kwargs, name)
 
 
-def pure_function(fn_flat, in_avals):
-    """Capture fn_flat once at `in_avals`; -> a replayable handle (see apply_pure)."""
+def pure_function(fn_flat, in_avals, seeded=False):
+    """Capture fn_flat once at `in_avals`; -> a replayable handle (see apply_pure).
+    `seeded`: random ops inside draw from a per-call `rng_seed`."""
     from .lazy.handlers import control_flow
-    return control_flow.pure_body(fn_flat, list(in_avals))
+    return control_flow.pure_body(fn_flat, list(in_avals), seeded=seeded)
 
 
-def apply_pure(handle, tensors):
+def apply_pure(handle, tensors, rng_seed=None):
     """Replay a pure_function handle on XLA tensors as one node; -> output tensors."""
     from .lazy.handlers import control_flow
-    spec, ext = handle
-    return control_flow.apply(spec, list(tensors) + list(ext))
+    return control_flow.apply_pure(handle, tensors, rng_seed)
 
 
 def capture_function(fn_flat, in_avals, name="function"):

@@ -144,8 +144,8 @@ class Body:
                 for t, v, a in zip(self.ext_tensors, self.ext_values, self.ext_avals)]
 
 
-def _depends(roots, ph_ids):
-    """ids of nodes below roots that depend on a placeholder (iterative)."""
+def _depends(roots, ph_ids, pinned=None):
+    """ids of nodes below roots that depend on a placeholder (or a pinned leaf)."""
     dep = {}
     for rv in roots:
         stack = [rv[0]]
@@ -155,7 +155,7 @@ def _depends(roots, ph_ids):
                 stack.pop()
                 continue
             if n.kind != ir.OP:
-                dep[id(n)] = id(n) in ph_ids
+                dep[id(n)] = id(n) in ph_ids or (pinned is not None and pinned(n))
                 stack.pop()
                 continue
             todo = [v[0] for v in n.operands if id(v[0]) not in dep]
@@ -194,8 +194,12 @@ def _leaked(refs, ph_ids):
     return out
 
 
-def capture(fn, in_avals, name="body"):
+def capture(fn, in_avals, name="body", pin=None):
     """Trace fn(*placeholders) -> flat list of tensors; -> Body.
+
+    pin: called after the trace, returns a predicate on leaf nodes: leaves it
+    accepts stay operands, but the ops over them stay inside the body (random
+    ops over seeds a caller will replace).
 
     in_avals: list of (shape, dtype). The function runs with autograd on, as user
     code does, so tensors it closes over keep their autograd history."""
@@ -217,7 +221,8 @@ def capture(fn, in_avals, name="body"):
                                f"{type(outs[k]).__name__}")
     out_values = [value_of(o) for o in outs]
     out_avals = [o._aval for o in outs]
-    dep = _depends(out_values, ph_ids)
+    pinned = pin() if pin is not None else None
+    dep = _depends(out_values, ph_ids, pinned)
 
     _check_no_writes(rec, dep, ph_ids, name)
 
@@ -243,7 +248,7 @@ def capture(fn, in_avals, name="body"):
         if not dep[id(n)]:
             return ext_leaf(v)
         if n.kind != ir.OP:
-            return v   # a placeholder
+            return v if id(n) in ph_ids else ext_leaf(v)   # a placeholder, or a pinned leaf
         return (new_of[id(n)], v[1])
 
     # rebuild internal nodes over the new leaves, operands first

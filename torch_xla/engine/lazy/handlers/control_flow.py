@@ -323,10 +323,35 @@ def call_jax(jax_fn, args, kwargs=None, name=None):
 # ---------------------------------------------------------------------------
 # pure functions traced once
 
-def pure_body(fn_flat, in_avals, name="assume_pure function"):
-    """Capture fn_flat once; -> (Spec, frozen external operands). The externals
-    keep the values they had at capture (as a jitted function's constants)."""
-    body = capture(fn_flat, in_avals, name)
+_SENTINEL_SEED = 0x5EED5EED5EED
+
+
+def pure_body(fn_flat, in_avals, name="assume_pure function", seeded=False):
+    """Capture fn_flat once; -> a handle for apply_pure. The externals keep the
+    values they had at capture (as a jitted function's constants); with
+    `seeded`, the seeds random ops took are replaced on each call by the ones a
+    generator seeded with the call's `rng_seed` would give."""
+    from . import random as rnd
+    saved = rnd.rng.seed
+    if seeded:
+        rnd.rng.seed = _SENTINEL_SEED
+    taken = []
+
+    def pin():
+        if not seeded:
+            return None
+        s = _SENTINEL_SEED
+        while s != rnd.rng.seed and len(taken) < 1 << 16:
+            taken.append(s)
+            s = rnd._advance(s)
+        seeds = set(taken)
+        return lambda n: n.kind == 1 and n.entry == "int64" and n.data in seeds
+
+    try:
+        body = capture(fn_flat, in_avals, name, pin=pin)
+    finally:
+        if seeded:
+            rnd.rng.seed = saved
     for t, a in zip(body.ext_tensors, body.ext_avals):
         if t is not None and t.requires_grad:
             raise CaptureError(
@@ -335,10 +360,33 @@ def pure_body(fn_flat, in_avals, name="assume_pure function"):
                 "tensors are frozen)")
     n = len(in_avals)
     ext = [ValueArg(v, a) for v, a in zip(body.ext_values, body.ext_avals)]
+    seed_slots = []
+    if taken:
+        where = {v: k for k, v in enumerate(taken)}
+        for j, (node, _) in enumerate(body.ext_values):
+            if node.kind == 1 and node.entry == "int64" and node.data in where:
+                seed_slots.append((j, where[node.data]))
 
     def fn(*ops):
         return body.jax_fn()(list(ops[:n]), list(ops[n:]))
 
     spec = Spec("assume_pure", body.key, fn, list(in_avals) + list(body.ext_avals), body.out_avals)
     _release(body)
-    return spec, ext
+    return spec, ext, tuple(seed_slots)
+
+
+def apply_pure(handle, tensors, rng_seed=None):
+    """Replay a pure_body handle on tensors (its inputs, in order)."""
+    from ...ir import node as ir
+    from . import random as rnd
+    spec, ext, seed_slots = handle
+    if seed_slots:
+        if rng_seed is None:
+            raise ValueError("this function takes an rng_seed")
+        ext = list(ext)
+        seeds = [int(rng_seed) & rnd._MASK]
+        for j, k in seed_slots:
+            while len(seeds) <= k:
+                seeds.append(rnd._advance(seeds[-1]))
+            ext[j] = ValueArg(ir.scalar_value(seeds[k], "int64"), ((), torch.int64))
+    return apply(spec, list(tensors) + list(ext))
