@@ -94,13 +94,40 @@ def _merge(slots, tensors):
     return [next(it) if s is None else s for s in slots]
 
 
+def _diff_positions(spec, slots, need):
+    """Operand positions (and tensor indices) that get a gradient."""
+    diff, where = [], []
+    k = 0
+    for i, s in enumerate(slots):
+        if s is None:
+            if need[k] and _is_float(spec.in_avals[i][1]):
+                diff.append(i)
+                where.append(k)
+            k += 1
+    return tuple(diff), where
+
+
 class _FnNode(torch.autograd.Function):
+    """Forward: the node, plus the residuals of its jax.vjp as extra outputs
+    (one linearized forward; the backward node reads them). When the residuals
+    cannot be tensors, the backward node recomputes the forward instead."""
+
     @staticmethod
     def forward(ctx, spec, slots, *tensors):
-        outs = _trace(spec, _merge(slots, tensors))
-        ctx.spec = spec
-        ctx.slots = slots
-        ctx.save_for_backward(*tensors)
+        diff, where = _diff_positions(spec, slots, ctx.needs_input_grad[2:])
+        fouts = tuple(i for i, a in enumerate(spec.out_avals) if _is_float(a[1]))
+        ctx.spec, ctx.slots, ctx.diff, ctx.where, ctx.fouts = spec, slots, diff, where, fouts
+        ops = _merge(slots, tensors)
+        split = _split_specs(spec, diff, fouts) if diff and fouts and not _NO_SPLIT else None
+        ctx.split = split
+        if split is not None:
+            fwd, _bwd = split
+            res = _trace(fwd, ops)
+            n = len(spec.out_avals)
+            outs, ctx.residuals = res[:n], res[n:]
+        else:
+            outs = _trace(spec, ops)
+            ctx.save_for_backward(*tensors)
         nondiff = [o for o, a in zip(outs, spec.out_avals) if not _is_float(a[1])]
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
@@ -109,26 +136,20 @@ class _FnNode(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         spec = ctx.spec
-        tensors = ctx.saved_tensors
-        need = ctx.needs_input_grad[2:]
-        diff, where = [], []
-        k = 0
-        for i, s in enumerate(ctx.slots):
-            if s is None:
-                if need[k] and _is_float(spec.in_avals[i][1]):
-                    diff.append(i)
-                    where.append(k)
-                k += 1
-        result = [None] * len(tensors)
-        if diff:
-            fouts = [i for i, a in enumerate(spec.out_avals) if _is_float(a[1])]
-            dev = tensors[0].device
-            cts = [grads[i] if grads[i] is not None
-                   else torch.zeros(spec.out_avals[i][0], dtype=spec.out_avals[i][1], device=dev)
-                   for i in fouts]
-            vspec = vjp_spec(spec, tuple(diff), tuple(fouts))
-            gs = apply(vspec, _merge(ctx.slots, tensors) + cts)
-            for k, g in zip(where, gs):
+        n_tensors = sum(1 for s in ctx.slots if s is None)
+        result = [None] * n_tensors
+        if ctx.diff and ctx.fouts:
+            def ct(i):
+                if grads[i] is not None:
+                    return grads[i]
+                return torch.zeros(spec.out_avals[i][0], dtype=spec.out_avals[i][1], device="xla")
+            cts = [ct(i) for i in ctx.fouts]
+            if ctx.split is not None:
+                gs = apply(ctx.split[1], list(ctx.residuals) + cts)
+            else:
+                tensors = ctx.saved_tensors
+                gs = apply(vjp_spec(spec, ctx.diff, ctx.fouts), _merge(ctx.slots, tensors) + cts)
+            for k, g in zip(ctx.where, gs):
                 result[k] = g
         return (None, None) + tuple(result)
 
@@ -169,6 +190,70 @@ def vjp_spec(spec, diff, fouts):
         _vjp_specs.clear()
     _vjp_specs[key] = v
     return v
+
+
+_split_cache = {}
+_NO_SPLIT = bool(__import__("os").environ.get("XLA_SCAN_RECOMPUTE"))
+
+
+def _split_specs(spec, diff, fouts):
+    """(forward spec with the vjp residuals as extra outputs, backward spec from
+    residuals and cotangents to the gradients of `diff`), or None when a
+    residual has no torch dtype."""
+    key = (spec, diff, fouts)
+    if key in _split_cache:
+        return _split_cache[key]
+    import jax
+    from ...base.dtypes import JAX_TO_TORCH
+    n = len(spec.in_avals)
+    f_forward = spec.fn
+    others = tuple(i for i in range(len(spec.out_avals)) if i not in fouts)
+
+    def linearized(*ops):
+        prim = list(ops[:n])
+
+        def f(*d):
+            full = list(prim)
+            for i, x in zip(diff, d):
+                full[i] = x
+            outs = f_forward(*full)
+            return [outs[i] for i in fouts], [outs[i] for i in others]
+
+        return jax.vjp(f, *[prim[i] for i in diff], has_aux=True)
+
+    try:
+        _outs, pull, _aux = jax.eval_shape(linearized, *[jax_spec(a) for a in spec.in_avals])
+        res_structs, tdef = jax.tree_util.tree_flatten(pull)
+        res_avals = [(tuple(r.shape), JAX_TO_TORCH[r.dtype]) for r in res_structs]
+    except (KeyError, TypeError):
+        _split_cache[key] = None
+        return None
+
+    def fwd_fn(*ops):
+        outs, pull, aux = linearized(*ops)
+        full = [None] * len(spec.out_avals)
+        for i, o in zip(fouts, outs):
+            full[i] = o
+        for i, o in zip(others, aux):
+            full[i] = o
+        return full + jax.tree_util.tree_leaves(pull)
+
+    def bwd_fn(*args):
+        nr = len(res_avals)
+        pull = jax.tree_util.tree_unflatten(tdef, list(args[:nr]))
+        cts = [c.astype(jax.numpy.dtype(to_dt)) for c, to_dt in
+               zip(args[nr:], [jax_spec(spec.out_avals[i]).dtype for i in fouts])]
+        return list(pull(cts))
+
+    fwd = Spec(spec.kind, ("fwd", spec.key, diff, fouts), fwd_fn, spec.in_avals,
+               list(spec.out_avals) + res_avals, differentiable=False)
+    bwd = Spec(spec.kind + "_backward", ("bwd", spec.key, diff, fouts), bwd_fn,
+               res_avals + [spec.out_avals[i] for i in fouts],
+               [spec.in_avals[i] for i in diff])
+    if len(_split_cache) > 1024:
+        _split_cache.clear()
+    _split_cache[key] = (fwd, bwd)
+    return fwd, bwd
 
 
 # ---------------------------------------------------------------------------
