@@ -118,3 +118,11 @@ class _CompileContext:
 
     def __call__(self, f):
         return compile(f, self.full_graph, self.name)
+
+
+def __getattr__(name):
+    # upstream code reaches the model module as torch_xla.xm
+    if name == "xm":
+        from .core import xla_model
+        return xla_model
+    raise AttributeError(f"module 'torch_xla' has no attribute {name!r}")
