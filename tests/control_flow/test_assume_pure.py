@@ -70,3 +70,10 @@ def test_rng_seed_argument(dev):
         pass
     else:
         raise AssertionError("rng_seed is required")
+
+
+def test_nested_assume_pure(dev):
+    inner = assume_pure(lambda a, b: torch.matmul(a, b))
+    outer = assume_pure(lambda a, b: inner(a, b) + 1)
+    a, b = torch.randn(3, 3), torch.randn(3, 3)
+    torch.testing.assert_close(outer(a.to(dev), b.to(dev)).cpu(), a @ b + 1, rtol=1e-5, atol=1e-5)

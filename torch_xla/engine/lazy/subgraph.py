@@ -70,6 +70,9 @@ def jax_spec(aval):
     return jax.ShapeDtypeStruct(tuple(aval[0]), to_jax(aval[1]))
 
 
+_active = [None]
+
+
 class _Recorder(TorchDispatchMode):
     """Remembers, for every IR value an op reads or makes, one tensor holding it,
     and the value each base tensor had when first seen (to catch writes into
@@ -81,6 +84,8 @@ class _Recorder(TorchDispatchMode):
         self.first = {}
 
     def _see(self, t):
+        if _active[-1] is not self:
+            return   # a nested capture's ops belong to it (and its tensors must die with it)
         if type(t).__name__ != "XLATensor" or not hasattr(t, "_v"):
             return
         v = value_of(t)
@@ -212,8 +217,12 @@ def capture(fn, in_avals, name="body", pin=None):
     start = len(tensor_mod.pending)
     # the body's own autograd graph is never run (its gradient is a jax.vjp):
     # saving nothing for it keeps its tensors from outliving the trace
-    with rec, torch.autograd.graph.saved_tensors_hooks(_drop, _never):
-        outs = fn(*phs)
+    _active.append(rec)
+    try:
+        with rec, torch.autograd.graph.saved_tensors_hooks(_drop, _never):
+            outs = fn(*phs)
+    finally:
+        _active.pop()
     outs = list(outs)
     for k in range(len(outs)):
         if not isinstance(outs[k], XLATensor):
