@@ -229,3 +229,22 @@ def _xla_user_computation(opname, inputs, computation):
 def _init_computation_client():
     """Bring the runtime (the JAX backend of PJRT_DEVICE) up now."""
     _api.jax_device()
+# -- SPMD ------------------------------------------------------------------------
+
+def _get_xla_sharding_spec(t):
+    """t's sharding in upstream's text ('{devices=[4,1]0,1,2,3}', '{replicated}', ...),
+    '' when t is not sharded."""
+    return _api.sharding_spec_string(t)
+
+
+def _get_xla_sharding_type(t):
+    """upstream's ShardingType number of t's sharding, or None."""
+    return _api.sharding_type(t)
+
+
+def _xla_get_spmd_config_is_locked():
+    return _api.topology.is_locked()
+
+
+def _xla_clear_sharding(t):
+    _api.clear_sharding(t)

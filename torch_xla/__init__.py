@@ -175,3 +175,11 @@ def _different_graph_error(limit, got, seen, name):
     if name:
         msg.append(f"(in torch_xla.compile'd {name})")
     return "\n".join(msg)
+
+
+def __getattr__(name):
+    # upstream code reaches the model module as torch_xla.xm
+    if name == "xm":
+        from .core import xla_model
+        return xla_model
+    raise AttributeError(f"module 'torch_xla' has no attribute {name!r}")

@@ -56,7 +56,7 @@ def local_device_count():
 
 
 def addressable_device_count():
-    """Devices this process addresses (one)."""
+    """Devices this process addresses: one (in SPMD mode too: the logical device)."""
     return 1
 
 
@@ -68,13 +68,15 @@ def global_device_count():
 
 
 def global_runtime_device_count():
-    """Runtime devices in the whole job (SPMD counts every device)."""
-    if _api.topology.spmd_enabled():
+    """Runtime devices in the whole job: every device of a single process
+    (CPU_NUM_DEVICES host devices on CPU, SPMD or not), one per process otherwise."""
+    if world_size() == 1:
         return _api.topology.spmd_device_count()
     return world_size()
 
 
 def addressable_runtime_device_count():
+    """Runtime devices this process drives."""
     return global_runtime_device_count() if world_size() == 1 else 1
 
 
@@ -88,12 +90,17 @@ def is_spmd():
 
 
 def use_spmd(auto=False):
-    """Switch to SPMD: one logical device over every local device.
-
-    Not implemented yet: raises rather than silently training unsharded."""
-    raise NotImplementedError(
-        "torch_xla.runtime.use_spmd: SPMD is not implemented in this torch_xla yet; "
-        "use one process per device (torch_xla.launch / xmp.spawn / torchrun)")
+    """Switch to SPMD: `xla:0` becomes one logical device over every local device
+    (CPU_NUM_DEVICES host devices on CPU). Call it before any tensor is on the
+    device (RuntimeError otherwise). `auto=True` (XLA's auto-sharding) is not
+    supported and raises NotImplementedError."""
+    if auto:
+        raise NotImplementedError("torch_xla.runtime.use_spmd(auto=True): auto-sharding is not supported")
+    if world_size() > 1:
+        raise RuntimeError("use_spmd() drives every device from one process; this process is one of "
+                           f"a {world_size()}-process job")
+    _api.use_spmd()
+    os.environ["XLA_USE_SPMD"] = "1"
 
 
 def initialize_cache(path, readonly=False):

@@ -7,11 +7,10 @@ JAX value (a traced array, or a tuple of `Op`s) and each method is the matching
 `torch_xla.core.xla_op_registry.register(name, fn)` turns such a function of
 `Op`s into a callable on XLA tensors.
 
-`call_jax(jax_fn, args, kwargs)` runs a JAX function on XLA tensors. It is eager:
-the tensors' pending graphs are executed, their device arrays are handed to the
-`jax.jit`-compiled function right away, and the results come back as new XLA
-tensors holding the output arrays (no host copy). It is not a node of the lazy
-graph, and autograd does not flow through it.
+`call_jax(jax_fn, args, kwargs)` runs a JAX function on XLA tensors as one node
+of the lazy graph, differentiable through `jax.vjp`
+(torch_xla.experimental.jax_interop); user computations and registered ops go
+through it.
 """
 import numpy as np
 import torch
@@ -490,6 +489,15 @@ def _is_tensor(x):
 
 
 def call_jax(jax_func, args, kwargs=None, name=None, override_hash=None):
+    """Run `jax_func(*args, **kwargs)` inside the traced graph (one node, no host
+    round trip), differentiable through `jax.vjp`; torch tensors in the argument
+    tree are its array inputs, other arguments are static. See
+    torch_xla.experimental.jax_interop.call_jax."""
+    from torch_xla.experimental.jax_interop import call_jax as _in_graph
+    return _in_graph(jax_func, args, kwargs, name=name, override_hash=override_hash)
+
+
+def _call_jax_eagerly(jax_func, args, kwargs=None, name=None, override_hash=None):
     """Run `jax_func(*args, **kwargs)` with every torch tensor in the argument
     tree replaced by its JAX array; JAX arrays in the result come back as XLA
     tensors. Other arguments are static (part of the compilation key).

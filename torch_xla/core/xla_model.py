@@ -119,6 +119,22 @@ def get_rng_state(device=None):
     return _api.rng_seed()
 
 
+class fork_rng:
+    """Context manager: random ops inside draw from the device generator as usual,
+    and the generator is back where it was on exit."""
+
+    def __init__(self, device=None):
+        self._saved = None
+
+    def __enter__(self):
+        self._saved = _api.rng_state().seed
+        return self
+
+    def __exit__(self, *exc):
+        _api.rng_state().seed = self._saved
+        return False
+
+
 def optimization_barrier_(tensors):
     """In place: `tensors` pass through one XLA optimization barrier (lax.optimization_barrier)."""
     _api.optimization_barrier_(tensors)

@@ -52,6 +52,9 @@ def _to_device(data, device, sharding=None):
 
 def _apply_sharding(t, sharding):
     fn = getattr(sharding, "apply", None)
+    can = getattr(sharding, "can_apply", None)
+    if callable(can) and not can(t):
+        return  # an input_sharding fits the tensors of its rank (a batch's targets stay whole)
     if callable(fn):
         fn(t)
     elif callable(sharding):

@@ -35,6 +35,7 @@ def start():
     from . import ops  # noqa: F401  (lowering rules)
     from .lazy import dispatch, transfers, handlers  # noqa: F401  (tensor-level handlers)
     from .compile import job  # noqa: F401  (the multi-process strategy and its watchdog)
+    from .compile import spmd  # noqa: F401  (the SPMD strategy)
     _debug.install()
     _persistent.from_env()
     if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
@@ -289,3 +290,94 @@ def dynamo_ready():
     from .lazy import tensor
     if not tensor._skipped:
         tensor._skip_engine()
+# -- SPMD ----------------------------------------------------------------------------
+
+def use_spmd():
+    """Switch to SPMD mode (before any device data exists, else RuntimeError)."""
+    topology.enable_spmd()
+
+
+def spmd_devices():
+    """The JAX devices behind the logical SPMD device, by id."""
+    return topology.spmd_devices()
+
+
+def mark_sharding(t, sharding):
+    """Lay XLA tensor t out as the jax `sharding` (data: placed now; pending: a constraint)."""
+    from .lazy.handlers import sharding as _sh
+    _sh.annotate(t, sharding)
+
+
+def sharding_constraint(t, sharding):
+    """A new tensor: t's value under a sharding constraint."""
+    from .lazy.handlers import sharding as _sh
+    return _sh.constrained(t, sharding)
+
+
+def clear_sharding(t):
+    from .lazy.handlers import sharding as _sh
+    _sh.clear(t)
+
+
+def current_sharding(t):
+    """t's jax sharding (annotation or sharded data), or None."""
+    from .lazy.handlers import sharding as _sh
+    return _sh.current_sharding(t)
+
+
+def sharding_spec_string(t):
+    from .lazy.handlers import sharding as _sh
+    return _sh.spec_string(t)
+
+
+def format_sharding(sharding, ndim):
+    from .lazy.handlers import sharding as _sh
+    return _sh.format_sharding(sharding, ndim)
+
+
+def sharding_type(t):
+    from .lazy.handlers import sharding as _sh
+    return _sh.sharding_type(t)
+# -- control flow and JAX interop (function nodes; lazy/handlers/control_flow.py) ----
+
+def scan(fn_flat, n_carry, init, xs, reverse=False):
+    """One lax.scan node: fn_flat(*carry, *x_slices) -> [*carry, *y_slices]; -> (carry, ys)."""
+    from .lazy.handlers import control_flow
+    return control_flow.scan(fn_flat, n_carry, list(init), list(xs), reverse=reverse)
+
+
+def while_loop(cond_flat, body_flat, carried):
+    """One lax.while_loop node over the XLA tensors `carried` (forward only)."""
+    from .lazy.handlers import control_flow
+    return control_flow.while_loop(cond_flat, body_flat, list(carried))
+
+
+def call_jax(jax_fn, args, kwargs=None, name=None):
+    """jax_fn as one node of the graph, differentiable through jax.vjp."""
+    from .lazy.handlers import control_flow
+    return control_flow.call_jax(jax_fn, args, kwargs, name)
+
+
+def pure_function(fn_flat, in_avals, seeded=False):
+    """Capture fn_flat once at `in_avals`; -> a replayable handle (see apply_pure).
+    `seeded`: random ops inside draw from a per-call `rng_seed`."""
+    from .lazy.handlers import control_flow
+    return control_flow.pure_body(fn_flat, list(in_avals), seeded=seeded)
+
+
+def apply_pure(handle, tensors, rng_seed=None):
+    """Replay a pure_function handle on XLA tensors as one node; -> output tensors."""
+    from .lazy.handlers import control_flow
+    return control_flow.apply_pure(handle, tensors, rng_seed)
+
+
+def capture_function(fn_flat, in_avals, name="function"):
+    """Sub-graph capture: trace fn_flat on placeholders of `in_avals`; -> subgraph.Body
+    (its `graph`, `jax_fn()`, `ext_avals`, `out_avals`)."""
+    from .lazy import subgraph
+    return subgraph.capture(fn_flat, list(in_avals), name)
+
+
+def tensor_aval(t):
+    """(shape tuple, torch dtype) of an XLA tensor."""
+    return t._aval

@@ -1,56 +1,37 @@
 """torch_xla.distributed.spmd (xs): sharding annotations for SPMD.
 
-SPMD is not built yet (see docs/ARCHITECTURE.md). The module imports, so
-libraries that import it unconditionally (Hugging Face's Trainer) keep
-working, and every entry point raises NotImplementedError naming itself
-rather than training unsharded without saying so.
+`xr.use_spmd()` makes `xla:0` one logical device over every local device;
+`Mesh` / `HybridMesh` / `get_1d_mesh` arrange the devices; `mark_sharding`
+lays a tensor out over the mesh (see xla_sharding.py). What is not built
+(auto-sharding, manual sharding regions, DTensor integration, distributed
+checkpointing) raises NotImplementedError naming itself.
 """
-import enum
+from .xla_sharded_tensor import XLAShard, XLAShardedTensor
+from .xla_sharding import (
+    HybridMesh, MarkShardingFunction, apply_backward_optimization_barrier, Mesh, ShardingSpec, ShardingType, clear_sharding,
+    get_1d_mesh, get_global_mesh, mark_sharding, mark_sharding_with_gradients,
+    set_global_mesh, unwrap_sharded_tensor, wrap_as_sharded_tensor, wrap_if_sharded,
+)
 
 
 def _unavailable(name):
     def fn(*args, **kwargs):
         raise NotImplementedError(
-            f"torch_xla.distributed.spmd.{name}: SPMD is not implemented in this torch_xla yet; "
-            "use one process per device (torch_xla.launch / xmp.spawn / torchrun)")
+            f"torch_xla.distributed.spmd.{name} is not implemented in this torch_xla")
     fn.__name__ = fn.__qualname__ = name
     return fn
 
 
-class _Unavailable:
-    def __init__(self, *args, **kwargs):
-        _unavailable(type(self).__name__)()
-
-
-class Mesh(_Unavailable):
-    """A logical mesh of devices (not available yet)."""
-
-
-class HybridMesh(Mesh):
-    """A mesh over hosts and their local devices (not available yet)."""
-
-
-class XLAShardedTensor(_Unavailable):
-    """A tensor with its sharding (not available yet)."""
-
-
-class ShardingType(enum.IntEnum):
-    REPLICATED = 0
-    MAXIMAL = 1
-    TUPLE = 2
-    TILED = 3
-    MANUAL = 4
-    PARTIAL = 5
-    UNKNOWN = 6
-
-
-_FUNCTIONS = (
-    "mark_sharding", "mark_sharding_with_gradients", "clear_sharding", "get_1d_mesh",
-    "wrap_if_sharded", "set_global_mesh", "get_global_mesh", "enable_manual_sharding",
-    "disable_manual_sharding", "apply_backward_optimization_barrier", "shard_as",
-    "annotate_custom_sharding", "xla_distribute_tensor", "xla_distribute_module",
+_NOT_BUILT = (
+    "enable_manual_sharding", "disable_manual_sharding",
+    "shard_as", "annotate_custom_sharding", "xla_distribute_tensor", "xla_distribute_module",
     "auto_policy", "xla_patched_nn_linear_forward", "_mark_manual_sharding",
 )
-globals().update({n: _unavailable(n) for n in _FUNCTIONS})
+globals().update({n: _unavailable(n) for n in _NOT_BUILT})
 
-__all__ = ["Mesh", "HybridMesh", "XLAShardedTensor", "ShardingType", *_FUNCTIONS]
+__all__ = [
+    "XLAShard", "XLAShardedTensor", "Mesh", "HybridMesh", "ShardingType", "ShardingSpec",
+    "MarkShardingFunction", "mark_sharding", "mark_sharding_with_gradients", "clear_sharding",
+    "get_1d_mesh", "set_global_mesh", "get_global_mesh", "wrap_as_sharded_tensor",
+    "unwrap_sharded_tensor", "wrap_if_sharded", "apply_backward_optimization_barrier", *_NOT_BUILT,
+]

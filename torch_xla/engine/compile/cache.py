@@ -10,6 +10,7 @@ import threading
 import time
 
 from ..base import config, metrics
+from ..runtime import topology
 from . import compiler, persistent
 
 lock = threading.RLock()   # held by the executor around lookup, compile and launch
@@ -36,6 +37,7 @@ def lookup(key):
 def compile_graph(graph, inputs):
     """Compile (or load from disk) and cache; -> Executable. Counts
     PersistentCacheHit / PersistentCacheMiss and CompileTime."""
+    topology.lock()
     t0 = time.perf_counter_ns()
     compiled, digest = persistent.load(graph, inputs)
     if compiled is not None:

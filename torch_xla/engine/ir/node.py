@@ -12,6 +12,7 @@ the executor tells them apart by position when it hashes a whole graph.
 """
 
 from ..base import config, frames
+from ..runtime.topology import _spmd
 
 DATA = 0      # device data leaf
 SCALAR = 1    # Python scalar leaf
@@ -38,11 +39,46 @@ class Node:
 
 
 _data_hash_cache = {}
+_sharding_keys = {}
+
+
+def sharding_key(array):
+    """How `array` is laid out over the devices, as a hashable value (None for one
+    device): its tile assignment in XLA's terms, so that equal layouts spelled by
+    different JAX sharding classes key alike."""
+    s = getattr(array, "sharding", None)
+    if s is None:
+        return None
+    ndim = len(array.shape)
+    try:
+        k = _sharding_keys.get((s, ndim))   # one sharding spells different layouts by rank
+    except TypeError:
+        return None
+    if k is None:
+        devs = s._device_assignment
+        if len(devs) == 1:
+            k = ()
+        else:
+            h = s._to_xla_hlo_sharding(ndim)
+            k = (tuple(d.id for d in devs), str(h))
+        if len(_sharding_keys) > 4096:
+            _sharding_keys.clear()
+        _sharding_keys[(s, ndim)] = k
+    return k or None
 
 
 def data_node(array, shape, dtype):
-    """A leaf holding device data with torch shape/dtype (shape: tuple, dtype: torch.dtype)."""
+    """A leaf holding device data with torch shape/dtype (shape: tuple, dtype: torch.dtype).
+    In SPMD mode the array's sharding is part of the leaf's hash (so of the graph key)."""
     key = (shape, dtype)
+    if _spmd[0]:
+        sk = sharding_key(array)
+        if sk is not None:
+            hk = key + (sk,)
+            h = _data_hash_cache.get(hk)
+            if h is None:
+                h = _data_hash_cache[hk] = hash(("data",) + hk)
+            return Node(DATA, key, (), h, array)
     h = _data_hash_cache.get(key)
     if h is None:
         h = _data_hash_cache[key] = hash(("data",) + key)

@@ -17,12 +17,14 @@ from .executor import materialize
 from ..ops.registry import handler
 from .device import check_index
 from ..runtime.platform import jax_device
+from ..runtime import topology
 
 
 def upload_array(cpu):
     t0 = time.perf_counter_ns()
     arr = storage_array(torch_to_numpy(cpu), cpu.dtype)
-    out = jax.device_put(np.array(arr, copy=True), jax_device())
+    topology.lock()
+    out = jax.device_put(np.array(arr, copy=True), topology.upload_device())
     metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("InboundData", arr.nbytes, kind="bytes")
     return out

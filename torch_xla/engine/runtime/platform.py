@@ -33,14 +33,40 @@ def jax_platform():
     return _PLATFORMS[device_type()]
 
 
+_configured = []
+
+
+def configure_backend():
+    """Before JAX starts its CPU backend: one process driving several host devices
+    (SPMD, or CPU_NUM_DEVICES>1 without a multi-process job) gets that many
+    (`jax_num_cpu_devices`, JAX's spelling of --xla_force_host_platform_device_count).
+    Idempotent; does nothing once a backend is up."""
+    if _configured:
+        return
+    _configured.append(True)
+    if device_type() != "CPU":
+        return
+    from . import topology
+    if topology.is_multiprocess():
+        return
+    n = config.integer("CPU_NUM_DEVICES", 1)
+    if n > 1:
+        try:
+            jax.config.update("jax_num_cpu_devices", n)
+        except RuntimeError:
+            pass  # a backend is already up (JAX was used directly before torch_xla)
+
+
 def jax_device():
-    """The one JAX device that backs `xla:0` in this process."""
+    """The one JAX device that backs `xla:0` in this process (in SPMD mode: the
+    first of the devices behind the logical device)."""
     global _device
     if _device is None:
         with _lock:
             if _device is None:
                 from . import distributed
                 distributed.maybe_initialize()
+                configure_backend()
                 devs = jax.local_devices(backend=jax_platform())
                 dev = devs[local_device_index() % len(devs)]
                 jax.config.update("jax_default_device", dev)

@@ -16,8 +16,12 @@ MULTIPROCESS = "multiprocess"
 SPMD = "spmd"
 MESH_AXIS = "xla_replicas"   # the 1-D axis of a multi-process job's mesh
 
+SPMD_AXIS = "spmd"           # the 1-D axis over every local device in SPMD mode
+
 _spmd = [config.flag("XLA_USE_SPMD")]
 _mesh = []
+_spmd_mesh = []
+_locked = []                 # device data exists: the mode may no longer change
 
 
 def _env_int(*names, default):
@@ -62,7 +66,25 @@ def spmd_enabled():
 
 
 def enable_spmd():
+    """Switch to SPMD (before any device data exists: see `lock`)."""
+    if _spmd[0]:
+        return
+    if _locked:
+        raise RuntimeError(
+            "torch_xla.runtime.use_spmd() must be called before any tensor is placed on the "
+            "XLA device (tensors already on xla:0 live on one device and cannot join the SPMD "
+            "device); call use_spmd() at the start of the program, or set XLA_USE_SPMD=1")
     _spmd[0] = True
+
+
+def lock():
+    """Device data now exists: SINGLE/SPMD is fixed from here on."""
+    if not _locked:
+        _locked.append(True)
+
+
+def is_locked():
+    return bool(_locked)
 
 
 def mode():
@@ -99,15 +121,44 @@ def local_device_count():
     return 1
 
 
+def spmd_devices():
+    """The local JAX devices behind the one logical SPMD device, by id (device
+    ids of a `Mesh` index this list)."""
+    import jax
+    from .platform import configure_backend, jax_platform
+    from . import distributed
+    distributed.maybe_initialize()
+    configure_backend()
+    return sorted(jax.local_devices(backend=jax_platform()), key=lambda d: d.id)
+
+
 def spmd_device_count():
     """Local JAX devices behind the one logical SPMD device."""
-    import jax
-    from .platform import jax_platform
-    return len(jax.local_devices(backend=jax_platform()))
+    return len(spmd_devices())
+
+
+def spmd_mesh():
+    """The 1-D mesh over every local device (axis SPMD_AXIS): unsharded tensors
+    are replicated over it."""
+    if not _spmd_mesh:
+        import numpy as np
+        from jax.sharding import Mesh
+        _spmd_mesh.append(Mesh(np.array(spmd_devices()), (SPMD_AXIS,)))
+    return _spmd_mesh[0]
+
+
+def replicated():
+    """The sharding of an unsharded tensor in SPMD mode: a full copy on every device."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    return NamedSharding(spmd_mesh(), PartitionSpec())
 
 
 def upload_device():
-    """Where a tensor moved to `xla:0` is placed."""
+    """Where a tensor moved to `xla:0` is placed: the process's device. In SPMD
+    mode too: an unsharded tensor lives on the first device until a program
+    that also reads sharded data needs it everywhere (the SPMD strategy
+    replicates it then), so uploads and all-replicated programs cost one copy,
+    not one per device."""
     from .platform import jax_device
     return jax_device()
 

@@ -1,0 +1,190 @@
+"""Checks of the sharding API under SPMD, run by test_spmd_api.py in a
+subprocess (the device count must be set before JAX starts). Each check
+asserts against eager CPU values or upstream's sharding strings; the script
+prints 'ALL OK' when every check passed."""
+import sys
+
+import numpy as np
+import torch
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+import torch_xla.distributed.spmd as xs
+import torch_xla.runtime as xr
+from torch_xla.engine import api
+
+spec = torch_xla._XLAC._get_xla_sharding_spec
+
+
+def ids(order):
+    return ",".join(str(int(i)) for i in order)
+
+
+def check_strings(n):
+    # upstream test_xla_sharding.py's expectations for the same mesh/spec
+    t = torch.randn(1, 128).to("xla")
+    xs.mark_sharding(t, xs.Mesh(np.flip(np.arange(n)), (1, n)), (0, 1))
+    assert spec(t) == "{devices=[1,%d]%s}" % (n, ids(reversed(range(n)))), spec(t)
+    t = torch.randn(1, 1, 16, 16).to("xla")
+    xs.mark_sharding(t, xs.Mesh(np.arange(n), (1, 1, 2, n // 2)), (0, 1, 2, 3))
+    assert spec(t) == "{devices=[1,1,2,%d]%s}" % (n // 2, ids(range(n))), spec(t)
+    t = torch.randn(16).to("xla")
+    xs.mark_sharding(t, xs.Mesh(np.arange(n), (2, n // 2)), ((0, 1),))
+    assert spec(t) == "{devices=[%d]%s}" % (n, ids(range(n))), spec(t)
+    mesh = xs.Mesh(range(n), (1, 2, n // 2), ("r", "b", "m"))
+    t = torch.randn(16, 16).to("xla")
+    xs.mark_sharding(t, mesh, (("r", "b"), None))
+    assert spec(t) == "{devices=[2,1,%d]%s last_tile_dim_replicate}" % (n // 2, ids(range(n))), spec(t)
+    t = torch.randn(16, 16).to("xla")
+    xs.mark_sharding(t, mesh, (None, ("b", "m")))
+    assert spec(t) == "{devices=[1,%d]%s}" % (n, ids(range(n))), spec(t)
+    t = torch.randn(16, 16).to("xla")
+    xs.mark_sharding(t, mesh, (None, ("r", "m")))
+    order = mesh.get_logical_mesh().transpose((0, 2, 1)).flatten()
+    assert spec(t) == "{devices=[1,%d,2]%s last_tile_dim_replicate}" % (n // 2, ids(order)), spec(t)
+    t = torch.randn(16, 16).to("xla")
+    xs.mark_sharding(t, mesh, (None, ("m", "b")))
+    order = mesh.get_logical_mesh().transpose((2, 1, 0)).flatten()
+    assert spec(t) == "{devices=[1,%d]%s}" % (n, ids(order)), spec(t)
+    t = torch.randn(2, 2).to("xla")
+    xs.mark_sharding(t, xs.Mesh(range(n), (1, 2, n // 2, 1), ("a", "b", "c", "d")), (("a", "b"), ("c", "d")))
+    assert spec(t) == "{devices=[2,%d]%s}" % (n // 2, ids(range(n))), spec(t)
+    t = torch.randn(4, 4).to("xla")
+    xs.mark_sharding(t, xs.get_1d_mesh("x"), (None, None))
+    assert spec(t) == "{replicated}", spec(t)
+    assert torch_xla._XLAC._get_xla_sharding_type(t) == int(xs.ShardingType.REPLICATED)
+    u = torch.randn(4, 4).to("xla")
+    assert spec(u) == "" and torch_xla._XLAC._get_xla_sharding_type(u) is None
+
+
+def check_mesh(n):
+    mesh = xs.Mesh(np.arange(n), (2, n // 2), ("x", "y"))
+    assert list(mesh.shape().items()) == [("x", 2), ("y", n // 2)]
+    assert mesh.size() == n and mesh.get_axis_name_idx("y") == 1 and mesh.get_axis_name_idx("z") is None
+    assert mesh.get_logical_mesh().tolist() == np.arange(n).reshape(2, n // 2).tolist()
+    hm = xs.HybridMesh(ici_mesh_shape=(1, n), axis_names=("a", "b"))
+    assert hm.mesh_shape == (1, n)
+    xs.set_global_mesh(mesh)
+    assert xs.get_global_mesh() is mesh
+    assert xs.get_1d_mesh("d").mesh_shape == (n,)
+    for bad in [lambda: xs.Mesh(np.arange(n - 1), (n - 1,)), lambda: xs.Mesh(np.arange(n), (n,), ("a", "b")),
+                lambda: xs.Mesh(np.zeros(n, dtype=int), (n,))]:
+        try:
+            bad()
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("bad mesh accepted")
+
+
+def check_bad_specs(n):
+    mesh = xs.Mesh(np.arange(n), (n, 1), ("x", "y"))
+    t = torch.randn(8, 4).to("xla")
+    for partition_spec, words in [((0,), ["rank", "[8, 4]", "(0,)"]), (("z", None), ["z", "('z', None)"]),
+                                  ((2, None), ["out of bound"]), ((0, 0), ["at most once"])]:
+        try:
+            xs.mark_sharding(t, mesh, partition_spec)
+        except ValueError as e:
+            msg = str(e)
+            assert all(w in msg for w in words), msg
+            assert "mesh" in msg or "mesh_shape" in msg or "partition_spec" in msg, msg
+        else:
+            raise AssertionError(f"{partition_spec} accepted")
+    try:
+        xs.mark_sharding(torch.randn(n + 1, 4).to("xla"), mesh, ("x", None))
+    except ValueError as e:
+        assert "divisible" in str(e) and f"[{n + 1}, 4]" in str(e) and "'x'" in str(e), str(e)
+    else:
+        raise AssertionError("non-divisible dim accepted")
+    assert spec(t) == ""  # a failed annotation leaves the tensor as it was
+
+
+def check_values_and_shards(n):
+    mesh = xs.Mesh(np.arange(n), (n,), ("x",))
+    cpu = torch.randn(4 * n, 6)
+    t = cpu.to("xla")
+    st = xs.mark_sharding(t, mesh, ("x", None))
+    assert isinstance(st, xs.XLAShardedTensor) and st.global_tensor is t
+    arr = api.device_array(t)
+    assert len(arr.addressable_shards) == n
+    assert all(s.data.shape == (4, 6) for s in arr.addressable_shards)  # 1/n per device
+    shards = st.local_shards
+    assert len(shards) == n
+    for i, s in enumerate(shards):
+        assert torch.equal(s.data, cpu[4 * i:4 * (i + 1)]), i
+        assert s.indices[0] == slice(4 * i, 4 * (i + 1))
+    assert torch.equal(t.cpu(), cpu)
+    assert torch.allclose((t @ t.T).cpu(), cpu @ cpu.T, atol=1e-5)
+    assert st.sharding_spec == spec(t)
+    # ops on the wrapper run on the global tensor
+    assert torch.allclose((st + 1).global_tensor.cpu(), cpu + 1)
+    # a pending value: a sharding constraint inside the graph
+    y = torch.relu(t) * 3
+    xs.mark_sharding(y, mesh, (None, None))
+    assert spec(y) == "{replicated}"
+    assert torch.allclose(y.cpu(), torch.relu(cpu) * 3)
+    # clear_sharding: replicated again, values kept
+    out = xs.clear_sharding(st)
+    assert out is t and spec(t) == ""
+    assert api.device_array(t).sharding.is_fully_replicated and torch.equal(t.cpu(), cpu)
+    print(t)  # printing assembles the global value
+
+
+def check_gradients(n):
+    mesh = xs.Mesh(np.arange(n), (n,), ("x",))
+    torch.manual_seed(0)
+    w_cpu = torch.randn(8, 2 * n, requires_grad=True)
+    x_cpu = torch.randn(4, 8)
+    w = w_cpu.detach().to("xla").requires_grad_(True)
+    x = x_cpu.to("xla")
+    ws = xs.mark_sharding_with_gradients(w, mesh, (None, "x"))
+    (x @ ws).square().sum().backward()
+    (x_cpu @ w_cpu).square().sum().backward()
+    assert spec(w) == ""  # not in place
+    assert torch.allclose(w.grad.cpu(), w_cpu.grad, atol=1e-4)
+    # Parameters keep their sharding through backward and an optimizer step
+    lin = torch.nn.Linear(8, 2 * n).to("xla")
+    xs.mark_sharding(lin.weight, mesh, ("x", None))
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    lin(x).sum().backward()
+    opt.step()
+    xm.mark_step()
+    arr = api.device_array(lin.weight)
+    assert arr.addressable_shards[0].data.shape == (2, 8), arr.sharding
+
+
+def check_no_recompile(n):
+    mesh = xs.Mesh(np.arange(n), (n,), ("x",))
+    w = torch.randn(4 * n, 4).to("xla")
+    xs.mark_sharding(w, mesh, ("x", None))
+    met.clear_all()
+    for _ in range(4):
+        w.mul_(0.5).add_(1.0)
+        xm.mark_step()
+    assert met.metric_data("CompileTime")[0] <= 2, met.metric_data("CompileTime")
+    # the same shapes with another layout are another graph
+    v = torch.randn(4 * n, 4).to("xla")
+    xs.mark_sharding(v, mesh, (None, None))
+    before = met.metric_data("CompileTime")[0]
+    v.mul_(0.5).add_(1.0)
+    xm.mark_step()
+    assert met.metric_data("CompileTime")[0] == before + 1
+
+
+def main():
+    xr.use_spmd()
+    assert xr.is_spmd()
+    n = xr.global_runtime_device_count()
+    assert n == int(sys.argv[1]), n
+    assert xr.addressable_runtime_device_count() == n and xr.addressable_device_count() == 1
+    assert str(torch_xla.device()) == "xla:0"
+    for check in (check_strings, check_mesh, check_bad_specs, check_values_and_shards, check_gradients,
+                  check_no_recompile):
+        check(n)
+        print("ok", check.__name__, flush=True)
+    print("ALL OK")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""Meshes, partition specs and sharding annotations (torch_xla.distributed.spmd).
+
+A `Mesh` names a logical arrangement of the SPMD devices (device ids are
+indices into `xr.global_runtime_device_count()` devices). A partition spec
+gives, for each tensor dimension, the mesh axis (index or name), a tuple of
+axes, or None (replicated along that dimension). `mark_sharding` turns the
+pair into a JAX NamedSharding and hands it to the engine: device data is
+placed shard by shard, a pending value gets a sharding constraint that XLA's
+SPMD partitioner propagates.
+"""
+import collections
+import enum
+
+import numpy as np
+import torch
+
+import torch_xla.runtime as xr
+from torch_xla.engine import api as _api
+
+from .xla_sharded_tensor import XLAShard, XLAShardedTensor  # noqa: F401
+
+
+class ShardingType(enum.IntEnum):
+    REPLICATED = 0
+    MAXIMAL = 1
+    TUPLE = 2
+    TILED = 3
+    MANUAL = 4
+    PARTIAL = 5
+    UNKNOWN = 6
+
+
+class Mesh:
+    """A logical mesh: `device_ids` (a permutation of 0..N-1, N the SPMD device
+    count) laid out as `mesh_shape`, with optional `axis_names`.
+
+        mesh = Mesh(np.arange(8), (4, 2), ("data", "model"))
+        mesh.shape()  # OrderedDict([('data', 4), ('model', 2)])
+    """
+
+    def __init__(self, device_ids, mesh_shape, axis_names=None):
+        device_ids = np.asarray(device_ids)
+        mesh_shape = tuple(int(d) for d in mesh_shape)
+        n = xr.global_runtime_device_count()
+        if n <= 0:
+            raise RuntimeError("Mesh needs XLA devices")
+        if len(device_ids) != n:
+            raise ValueError(
+                f"Number of device IDs ({len(device_ids)}) must match the global number of devices ({n})")
+        if axis_names is not None:
+            axis_names = tuple(axis_names)
+            if len(axis_names) != len(mesh_shape):
+                raise ValueError(
+                    f"Number of axis names ({len(axis_names)}) must match mesh dimensions ({len(mesh_shape)})")
+            if len(set(axis_names)) != len(axis_names):
+                raise ValueError(f"Axis names must be unique, got: {axis_names}")
+        size = int(np.prod(mesh_shape))
+        if len(device_ids) != size:
+            raise ValueError(f"Number of device IDs ({len(device_ids)}) must match mesh size ({size})")
+        if len(np.unique(device_ids)) != len(device_ids):
+            raise ValueError(f"Device IDs must be unique, got: {device_ids}")
+        if not all(0 <= int(d) < size for d in device_ids.flat):
+            raise ValueError(f"Device IDs must be less than mesh size ({size}), got: {device_ids}")
+        self.device_ids = device_ids
+        self.mesh_shape = mesh_shape
+        self.axis_names = axis_names
+        self._jax_mesh = None
+
+    def size(self):
+        return int(np.prod(self.mesh_shape))
+
+    def shape(self):
+        names = self.axis_names if self.axis_names is not None else range(len(self.mesh_shape))
+        return collections.OrderedDict(zip(names, self.mesh_shape))
+
+    def get_logical_mesh(self):
+        return self.device_ids.reshape(self.mesh_shape)
+
+    def get_axis_name_idx(self, name):
+        if self.axis_names is None or name not in self.axis_names:
+            return None
+        return self.axis_names.index(name)
+
+    def __eq__(self, other):
+        return (isinstance(other, Mesh) and self.mesh_shape == other.mesh_shape
+                and self.axis_names == other.axis_names
+                and np.array_equal(self.device_ids, other.device_ids))
+
+    def __hash__(self):
+        return hash((self.mesh_shape, self.axis_names, tuple(int(d) for d in self.device_ids.flat)))
+
+    def __str__(self):
+        return (f"{{'device_ids': {self.device_ids.tolist()}, 'mesh_shape': {self.mesh_shape}, "
+                f"'axis_names': {self.axis_names}}}")
+
+    __repr__ = __str__
+
+    # -- to JAX -------------------------------------------------------------------
+
+    def _jax_axis_names(self):
+        if self.axis_names is not None:
+            return tuple(str(a) for a in self.axis_names)
+        return tuple(f"axis_{i}" for i in range(len(self.mesh_shape)))
+
+    def get_jax_mesh(self):
+        """This mesh as a jax.sharding.Mesh over the SPMD devices."""
+        if self._jax_mesh is None:
+            from jax.sharding import Mesh as JaxMesh
+            devs = _api.spmd_devices()
+            arr = np.empty(self.mesh_shape, dtype=object)
+            for idx, d in zip(np.ndindex(*self.mesh_shape), self.device_ids.flat):
+                arr[idx] = devs[int(d)]
+            self._jax_mesh = JaxMesh(arr, self._jax_axis_names())
+        return self._jax_mesh
+
+    def _named_sharding(self, partition_spec):
+        from jax.sharding import NamedSharding, PartitionSpec
+        spec = _translate(self, partition_spec)
+        names = self._jax_axis_names()
+        axes = []
+        for p in spec:
+            if p is None:
+                axes.append(None)
+            elif isinstance(p, tuple):
+                axes.append(tuple(names[i] for i in p))
+            else:
+                axes.append(names[p])
+        return NamedSharding(self.get_jax_mesh(), PartitionSpec(*axes))
+
+
+class HybridMesh(Mesh):
+    """A mesh over slices (`dcn_mesh_shape`) of locally connected devices
+    (`ici_mesh_shape`); the logical mesh is their element-wise product. On one
+    host (or CPU) the devices are laid out in id order."""
+
+    def __init__(self, *, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None):
+        ici_mesh_shape = tuple(ici_mesh_shape)
+        if dcn_mesh_shape is None:
+            dcn_mesh_shape = (1,) * len(ici_mesh_shape)
+        dcn_mesh_shape = tuple(dcn_mesh_shape)
+        if len(ici_mesh_shape) != len(dcn_mesh_shape):
+            raise ValueError("ici_mesh_shape and dcn_mesh_shape must have the same length")
+        self.ici_mesh_shape = ici_mesh_shape
+        self.dcn_mesh_shape = dcn_mesh_shape
+        mesh_shape = tuple(i * d for i, d in zip(ici_mesh_shape, dcn_mesh_shape))
+        n = int(np.prod(mesh_shape))
+        if int(np.prod(dcn_mesh_shape)) == 1:
+            ids = np.arange(n)
+        else:
+            # slice-major: each slice's devices are contiguous ids
+            per = int(np.prod(ici_mesh_shape))
+            ids = np.empty(mesh_shape, dtype=np.int64)
+            for s, sidx in enumerate(np.ndindex(*dcn_mesh_shape)):
+                block = np.arange(s * per, (s + 1) * per).reshape(ici_mesh_shape)
+                sl = tuple(slice(a * i, (a + 1) * i) for a, i in zip(sidx, ici_mesh_shape))
+                ids[sl] = block
+            ids = ids.flatten()
+        super().__init__(ids, mesh_shape, axis_names)
+
+
+_GLOBAL_MESH = [None]
+
+
+def set_global_mesh(mesh):
+    """Make `mesh` the process's global mesh (get_global_mesh, FSDPv2)."""
+    _GLOBAL_MESH[0] = mesh
+
+
+def get_global_mesh():
+    """The global mesh, or None when none was set."""
+    return _GLOBAL_MESH[0]
+
+
+def get_1d_mesh(axis_name=None):
+    """Every SPMD device along one axis (named `axis_name` when given)."""
+    n = xr.global_runtime_device_count()
+    return Mesh(np.arange(n), (n,), None if axis_name is None else (axis_name,))
+
+
+# -- partition specs ---------------------------------------------------------------
+
+def _translate(mesh, partition_spec):
+    """Axis names -> mesh axis indices; validated (unknown axis, out of range, repeats)."""
+    out = []
+    for p in partition_spec:
+        if isinstance(p, tuple):
+            if any(isinstance(x, tuple) for x in p):
+                raise ValueError("Partition spec cannot contain nested tuples")
+            out.append(tuple(_axis(mesh, x, partition_spec) for x in p))
+        elif p is None:
+            out.append(None)
+        else:
+            out.append(_axis(mesh, p, partition_spec))
+    flat = [a for p in out if p is not None for a in (p if isinstance(p, tuple) else (p,))]
+    if len(flat) != len(set(flat)):
+        raise ValueError(
+            f"Each device mesh dimension should appear at most once in partition_spec {partition_spec}.")
+    return tuple(out)
+
+
+def _axis(mesh, p, partition_spec):
+    if isinstance(p, str):
+        idx = mesh.get_axis_name_idx(p)
+        if idx is None:
+            raise ValueError(f"Axis name {p} is not defined in the given mesh {mesh} "
+                             f"(partition_spec {partition_spec})")
+        return idx
+    if isinstance(p, (int, np.integer)) and not isinstance(p, bool):
+        if not 0 <= int(p) < len(mesh.mesh_shape):
+            raise ValueError(f"partition_spec ({partition_spec}) contains out of bound index into "
+                             f"mesh_shape {mesh.mesh_shape}.")
+        return int(p)
+    raise ValueError(f"Spec type {type(p)} is not supported in partition spec")
+
+
+def _check(t, mesh, partition_spec, divisible):
+    shape = tuple(t.shape)
+    if len(shape) != len(partition_spec):
+        raise ValueError(
+            f"Partition spec length ({len(partition_spec)}) should be equal to the input rank "
+            f"({len(shape)}): tensor of shape {list(shape)}, mesh {mesh}, partition_spec {partition_spec}")
+    spec = _translate(mesh, partition_spec)
+    if divisible:
+        for dim, (size, p) in enumerate(zip(shape, spec)):
+            if p is None:
+                continue
+            parts = int(np.prod([mesh.mesh_shape[a] for a in (p if isinstance(p, tuple) else (p,))]))
+            if size % parts:
+                raise ValueError(
+                    f"dimension {dim} of the tensor (size {size}, shape {list(shape)}) is not divisible "
+                    f"into {parts} shards by partition_spec {partition_spec} over mesh {mesh}")
+    return spec
+
+
+def _xla_tensor(t):
+    t = unwrap_sharded_tensor(t)
+    if not _api.is_xla_tensor(t):
+        raise TypeError(f"mark_sharding expects a tensor on the XLA device, got one on {t.device}")
+    return t
+
+
+def _require_spmd():
+    if not xr.is_spmd():
+        raise RuntimeError("sharding needs SPMD mode: call torch_xla.runtime.use_spmd() first")
+
+
+def mark_sharding(t, mesh, partition_spec):
+    """Annotate XLA tensor (or Parameter) `t` with `partition_spec` over `mesh`,
+    in place; returns it wrapped as an XLAShardedTensor.
+
+    Device data is placed at once (each device holds its shard); a pending
+    value becomes a sharding constraint in its graph."""
+    _require_spmd()
+    x = _xla_tensor(t)
+    _check(x, mesh, partition_spec, divisible=True)
+    _api.mark_sharding(x, mesh._named_sharding(tuple(partition_spec)))
+    return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+
+
+class MarkShardingFunction(torch.autograd.Function):
+    """Shard a value in the forward pass and its gradient in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, t, mesh, partition_spec):
+        ctx.sharding = mesh._named_sharding(tuple(partition_spec))
+        return _api.sharding_constraint(t, ctx.sharding)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _api.sharding_constraint(grad, ctx.sharding), None, None
+
+
+def mark_sharding_with_gradients(t, mesh, partition_spec):
+    """A new tensor: `t` sharded as `partition_spec`, whose gradient is sharded alike
+    (t itself is not changed)."""
+    _require_spmd()
+    x = _xla_tensor(t)
+    _check(x, mesh, partition_spec, divisible=False)
+    return MarkShardingFunction.apply(x, mesh, tuple(partition_spec))
+
+
+def clear_sharding(t):
+    """Drop t's annotation (its value becomes replicated); returns the plain tensor."""
+    x = unwrap_sharded_tensor(t)
+    _api.clear_sharding(x)
+    return x
+
+
+def wrap_as_sharded_tensor(t, mesh_shape=None, partition_spec=None):
+    if not isinstance(t, XLAShardedTensor):
+        return XLAShardedTensor(t, mesh_shape=mesh_shape, partition_spec=partition_spec)
+    if mesh_shape is not None:
+        t.mesh_shape = mesh_shape
+    if partition_spec is not None:
+        t.partition_spec = partition_spec
+    return t
+
+
+def unwrap_sharded_tensor(t):
+    if isinstance(t, XLAShardedTensor):
+        return t.global_tensor
+    return t
+
+
+def wrap_if_sharded(x):
+    """An XLAShardedTensor around x when x is a sharded XLA tensor; x otherwise."""
+    if (isinstance(x, torch.Tensor) and not isinstance(x, XLAShardedTensor)
+            and _api.is_xla_tensor(x) and _api.current_sharding(x) is not None):
+        return XLAShardedTensor(x)
+    return x
+
+
+def apply_backward_optimization_barrier(m):
+    """Put the gradients of m's parameters and m's input gradients through one
+    optimization barrier after m's backward (a full backward hook), so XLA does
+    not fuse m's backward with the rest (which can need huge buffers)."""
+
+    def barrier(module, grad_input, grad_output):
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        grads += [g for g in grad_input if isinstance(g, torch.Tensor)]
+        _api.optimization_barrier_(grads)
+
+    m.register_full_backward_hook(barrier)
+
+
+class ShardingSpec:
+    """A mesh and a partition spec, applied to tensors later (MpDeviceLoader's
+    `input_sharding`): `apply(t)` marks t; `can_apply(t)` says whether t's rank fits."""
+
+    def __init__(self, mesh, partition_spec, minibatch=False):
+        if minibatch:
+            raise NotImplementedError("ShardingSpec(minibatch=True) is not supported")
+        self.mesh = mesh
+        self.partition_spec = tuple(partition_spec)
+        self.minibatch = minibatch
+        _translate(mesh, self.partition_spec)
+
+    def can_apply(self, t):
+        return len(t.shape) == len(self.partition_spec)
+
+    def apply(self, t):
+        mark_sharding(t, self.mesh, self.partition_spec)
+
+    def __repr__(self):
+        return f"ShardingSpec(mesh={self.mesh}, partition_spec={self.partition_spec})"

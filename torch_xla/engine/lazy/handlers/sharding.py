@@ -1,0 +1,163 @@
+"""Sharding annotations of XLA tensors (SPMD).
+
+`annotate(t, sharding)` with a jax NamedSharding over the SPMD devices:
+- device data is placed at once (`jax.device_put` to the sharding: each device
+  keeps only its shard; no IR is recorded, so a loader thread may call it);
+- a pending value (or a view) gets a `sharding_constraint` node, lowered to
+  `jax.lax.with_sharding_constraint`, for XLA's partitioner.
+The tensor remembers its annotation (`_sharding`) for the spec string and for
+XLAShardedTensor; `clear(t)` forgets it and makes the value replicated again.
+"""
+import torch
+
+from ...ir import node as ir
+from ...ops.op import OpInfo
+from ...runtime import topology
+from .. import views
+from ..tracing import trace_node, wrap
+
+# upstream's ShardingType numbers
+REPLICATED, MAXIMAL, TUPLE, TILED, MANUAL, PARTIAL, UNKNOWN = range(7)
+
+
+def _meta(x, *, sharding):
+    return torch.empty(x.shape, dtype=x.dtype, device="meta")
+
+
+def _lowering(x, *, sharding):
+    import jax
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
+_CONSTRAINT = OpInfo("sharding_constraint", None, _lowering, meta=_meta)
+
+
+def _base_data(t):
+    """The data node behind base tensor t, or None when its value is pending or a scalar."""
+    if t._xb is None and t._v[0].kind == ir.DATA and t._v[0].data is not None:
+        return t._v[0]
+    return None
+
+
+def _whole(t):
+    """t's base when t is an alias of all of it (a Parameter made by nn.Module.to
+    is one), else t."""
+    if t._xb is not None and not t._chain and t._aval == t._xb._aval:
+        return t._xb
+    return t
+
+
+def annotate(t, sharding):
+    """Lay t out as `sharding` (see the module docstring)."""
+    whole = _whole(t)
+    node = _base_data(whole)
+    if node is not None:
+        import jax
+        arr = jax.device_put(node.data, sharding)
+        new = ir.data_node(arr, *whole._aval)
+        views.assign(whole, (new, 0), fresh=True)
+        whole._last_data = None
+        whole._sharding = sharding
+    else:
+        out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
+        views.assign(t, (out, 0))
+    t._sharding = sharding
+
+
+def constrained(t, sharding):
+    """A new tensor with t's value under a sharding constraint (t is unchanged)."""
+    out, e = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
+    return wrap(out, e)
+
+
+def clear(t):
+    """Forget t's annotation; its value becomes replicated on every device."""
+    if getattr(t, "_sharding", None) is None and not _is_sharded_data(t):
+        return
+    t._sharding = None
+    rep = topology.replicated()
+    whole = _whole(t)
+    node = _base_data(whole)
+    if node is not None:
+        import jax
+        arr = jax.device_put(node.data, rep)
+        views.assign(whole, (ir.data_node(arr, *whole._aval), 0), fresh=True)
+        whole._last_data = None
+        whole._sharding = None
+    else:
+        out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": rep})
+        views.assign(t, (out, 0))
+    t._sharding = None
+
+
+def _is_sharded_data(t):
+    node = _base_data(_whole(t))
+    if node is None:
+        return False
+    s = getattr(node.data, "sharding", None)
+    return s is not None and not s.is_fully_replicated
+
+
+def current_sharding(t):
+    """t's annotation, else the layout of its device data when that is sharded, else None."""
+    s = getattr(t, "_sharding", None)
+    if s is not None:
+        return s
+    base = t if t._xb is None else t._xb
+    node = _base_data(base)
+    if node is None:
+        return None
+    s = getattr(node.data, "sharding", None)
+    if s is None or len(s.device_set) == 1 or s.is_fully_replicated:
+        return None
+    return s
+
+
+def _hlo(sharding, ndim):
+    return sharding._to_xla_hlo_sharding(ndim)
+
+
+def spec_string(t):
+    """Upstream's sharding text for t: '{devices=[4,1]0,1,2,3}', '{replicated}',
+    '{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}', '' when unsharded."""
+    s = current_sharding(t)
+    if s is None:
+        return ""
+    return format_sharding(s, t.dim())
+
+
+def format_sharding(s, ndim):
+    h = _hlo(s, ndim)
+    if h.is_replicated():
+        return "{replicated}"
+    if h.is_manual():
+        return "{manual}"
+    if h.is_maximal():
+        devs = s._device_assignment
+        return "{maximal device=%d}" % devs[h.tile_assignment_devices()[0]].id
+    devs = s._device_assignment
+    dims = ",".join(str(d) for d in h.tile_assignment_dimensions())
+    ids = ",".join(str(devs[i].id) for i in h.tile_assignment_devices())
+    suffix = " last_tile_dim_replicate" if h.replicate_on_last_tile_dim() else ""
+    return "{devices=[%s]%s%s}" % (dims, ids, suffix)
+
+
+def sharding_type(t):
+    """Upstream's ShardingType number of t's sharding, or None when unsharded."""
+    s = current_sharding(t)
+    if s is None:
+        return None
+    h = _hlo(s, t.dim())
+    if h.is_replicated():
+        return REPLICATED
+    if h.is_manual():
+        return MANUAL
+    if h.is_maximal():
+        return MAXIMAL
+    return PARTIAL if h.replicate_on_last_tile_dim() else TILED
+
+
+def device_array(t):
+    """The jax.Array holding t's value (runs its pending graph)."""
+    from ..transfers import device_array as _da
+    return _da(t)
