@@ -381,3 +381,9 @@ def capture_function(fn_flat, in_avals, name="function"):
 def tensor_aval(t):
     """(shape tuple, torch dtype) of an XLA tensor."""
     return t._aval
+
+
+def static_key(x):
+    """A cache-key part for a non-tensor argument: its value when hashable, else its identity."""
+    from .lazy.handlers.control_flow import _static_key
+    return _static_key(x)

@@ -18,14 +18,6 @@ from torch_xla.engine import api
 __all__ = ["assume_pure", "PureModule"]
 
 
-def _static_key(x):
-    try:
-        hash(x)
-        return ("v", type(x), x)
-    except TypeError:
-        return ("id", id(x))
-
-
 def assume_pure(fn, *, add_rng_seed_argument=False):
     """Decorate a pure function of XLA tensors: traced once per input signature.
 
@@ -52,7 +44,7 @@ def assume_pure(fn, *, add_rng_seed_argument=False):
                 raise TypeError(f"assume_pure: tensor arguments must be on the XLA device, got {t.device}")
         statics = [x for x, t in zip(leaves, is_t) if not t]
         avals = tuple(api.tensor_aval(t) for t in tensors)
-        key = (tree, is_t, tuple(_static_key(s) for s in statics), avals)
+        key = (tree, is_t, tuple(api.static_key(s) for s in statics), avals)
         entry = cache.get(key)
         if entry is None:
             out_info = []

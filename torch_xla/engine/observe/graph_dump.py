@@ -122,14 +122,19 @@ def _device_name():
 # ---------------------------------------------------------------------------
 # IR text and DOT
 
-def to_text(values):
+def _numbered(values):
+    """(nodes in order, node id -> number, node id -> first root index) of a graph."""
     g = _graph(values)
-    values = g.roots
     order = g.nodes
     ids = {id(n): i for i, n in enumerate(order)}
     roots = {}
-    for i, v in enumerate(values):
+    for i, v in enumerate(g.roots):
         roots.setdefault(id(v[0]), i)
+    return order, ids, roots
+
+
+def to_text(values):
+    order, ids, roots = _numbered(values)
     dev = _device_name()
     lines = ["IR {"]
     for n in order:
@@ -159,13 +164,7 @@ def to_text(values):
 
 
 def to_dot(values):
-    g = _graph(values)
-    values = g.roots
-    order = g.nodes
-    ids = {id(n): i for i, n in enumerate(order)}
-    roots = {}
-    for i, v in enumerate(values):
-        roots.setdefault(id(v[0]), i)
+    order, ids, roots = _numbered(values)
     lines = ["digraph G {"]
     for n in order:
         if n.kind == ir.OP:
