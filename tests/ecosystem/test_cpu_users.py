@@ -46,10 +46,10 @@ def test_device_count_follows_pjrt_device(monkeypatch):
     assert tpu.num_available_devices() == 3
 
 
-def test_spmd_module_imports_and_says_what_is_missing():
-    import torch_xla.distributed.spmd as xs
-    with pytest.raises(NotImplementedError, match="mark_sharding"):
-        xs.mark_sharding(torch.zeros(2), None, (0,))
+def test_spmd_module_imports_and_sharding_outside_spmd_mode_is_a_clear_error():
+    import torch_xla.distributed.spmd as xs   # transformers imports it unconditionally
+    with pytest.raises(RuntimeError, match=r"use_spmd\(\) first"):
+        xs.mark_sharding(torch.zeros(2, device="xla"), None, (0,))
 
 
 def test_lightning_cpu_trainer_unchanged():
