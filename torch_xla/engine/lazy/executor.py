@@ -42,11 +42,15 @@ def run(root_values, owners=(), donate=False, reason="user"):
     when compiling or running raises (a subscriber may return a note that is
     attached to the error)."""
     with _lock:
-        g = Graph.capture(root_values)
         n_roots = len(root_values)
-        check_values, check_infos = index_checks.take_pending(g, full=donate)
-        if check_values:
-            g = Graph.capture(list(root_values) + check_values)
+        if donate:   # a full barrier takes every pending index check: one walk of the graph
+            check_values, check_infos = index_checks.take_pending(None, full=True)
+            g = Graph.capture(list(root_values) + check_values if check_values else root_values)
+        else:        # a host read takes the checks of the part of the graph it runs
+            g = Graph.capture(root_values)
+            check_values, check_infos = index_checks.take_pending(g, full=False)
+            if check_values:
+                g = Graph.capture(list(root_values) + check_values)
         if donate and _donate_ok and owners:
             dset = {id(t._last_data) for t in owners if getattr(t, "_last_data", None) is not None
                     and t._last_data.exclusive}
