@@ -94,10 +94,11 @@ def mode():
     return MULTIPROCESS if is_multiprocess() else SINGLE
 
 
-def local_device_count():
-    """Devices of this platform on this host that the job may use (one process each)."""
+def local_device_count(kind=None):
+    """Devices of this platform (or of `kind`: CPU, CUDA, TPU) on this host that the
+    job may use (one process each)."""
     from .platform import device_type
-    kind = device_type()
+    kind = kind or device_type()
     if kind == "CPU":
         return config.integer("CPU_NUM_DEVICES", 1)
     if kind == "CUDA":

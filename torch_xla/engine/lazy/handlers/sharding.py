@@ -47,21 +47,26 @@ def _whole(t):
     return t
 
 
-def annotate(t, sharding):
-    """Lay t out as `sharding` (see the module docstring)."""
+def _place(t, sharding, remember):
+    """Device data: move its shards to `sharding` now; a pending value: constrain it.
+    `remember` is the annotation kept on the tensors (None after clear)."""
     whole = _whole(t)
     node = _base_data(whole)
     if node is not None:
         import jax
         arr = jax.device_put(node.data, sharding)
-        new = ir.data_node(arr, *whole._aval)
-        views.assign(whole, (new, 0), fresh=True)
+        views.assign(whole, (ir.data_node(arr, *whole._aval), 0), fresh=True)
         whole._last_data = None
-        whole._sharding = sharding
+        whole._sharding = remember
     else:
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
         views.assign(t, (out, 0))
-    t._sharding = sharding
+    t._sharding = remember
+
+
+def annotate(t, sharding):
+    """Lay t out as `sharding` (see the module docstring)."""
+    _place(t, sharding, sharding)
 
 
 def constrained(t, sharding):
@@ -74,20 +79,7 @@ def clear(t):
     """Forget t's annotation; its value becomes replicated on every device."""
     if getattr(t, "_sharding", None) is None and not _is_sharded_data(t):
         return
-    t._sharding = None
-    rep = topology.replicated()
-    whole = _whole(t)
-    node = _base_data(whole)
-    if node is not None:
-        import jax
-        arr = jax.device_put(node.data, rep)
-        views.assign(whole, (ir.data_node(arr, *whole._aval), 0), fresh=True)
-        whole._last_data = None
-        whole._sharding = None
-    else:
-        out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": rep})
-        views.assign(t, (out, 0))
-    t._sharding = None
+    _place(t, topology.replicated(), None)
 
 
 def _is_sharded_data(t):
