@@ -55,6 +55,9 @@ def _mp_fn(index, flags):
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=flags.momentum)
     loss_fn = nn.NLLLoss()
     train_device_loader = pl.MpDeviceLoader(train_loader, device)
+    if xm.is_master_ordinal(local=False):
+        print(f"[xla:0] {xr.world_size()} replicas ready, {len(train_loader)} steps per epoch each; "
+              "compiling the training step (the first step's log line follows)", flush=True)
     test_device_loader = pl.MpDeviceLoader(test_loader, device)
 
     def train_loop_fn(loader, epoch):

@@ -60,9 +60,11 @@ def test_known_program_counts_exactly(dev):
     assert counters["xla::mul"] == 3 and counters["xla::add"] == 3
     assert int(metrics["CompileTime"][1]) == 1
     assert int(metrics["ExecuteTime"][1]) == 3
-    assert int(metrics["TransferToDeviceTime"][1]) == 1
+    # the tensor, and the scalar 2 once: later steps reuse its device copy
+    assert int(metrics["TransferToDeviceTime"][1]) == 2
     assert int(metrics["TransferFromDeviceTime"][1]) == 3
-    assert int(metrics["InboundData"][1]) == 1 and metrics["InboundData"][2] == "364.00B"
+    assert int(metrics["InboundData"][1]) == 2, metrics["InboundData"]
+    assert metrics["InboundData"][2] == "372.00B", metrics["InboundData"]  # 7*13*4 + the scalar pool (8 bytes)
     assert metrics["OutboundData"][2] == f"{3 * 364}.00B" or metrics["OutboundData"][2] == "1.07KB"
     assert _seconds(metrics["CompileTime"][2]) > 0
     # the API agrees with the report
@@ -142,3 +144,26 @@ def test_metrics_file_and_percentiles(tmp_path):
     assert "[MetricsData; step=0]" in text and "[MetricsData; step=1]" in text
     assert "Counter: MarkStep\n  Value: 2" in text
     assert "  Percentiles: 50%=" in p.stdout and "; 90%=" in p.stdout and "1%=" not in p.stdout
+
+
+def test_scalar_only_uploads_are_counted_as_transfers():
+    """A step whose only host data are Python scalars still reports its upload
+    (upstream uploads scalars as device data and counts them)."""
+    dev = torch_xla.device()
+    x = torch.zeros(3, device=dev)          # made on the device: no upload
+    xm.mark_step()
+    met.clear_all()
+    y = x + 2.5
+    xm.mark_step()
+    data = met.metric_data("TransferToDeviceTime")
+    assert data is not None and data[0] == 1, data
+    assert met.metric_data("InboundData")[1] > 0
+    assert "Metric: TransferToDeviceTime" in met.metrics_report()
+    assert y.cpu().tolist() == [2.5, 2.5, 2.5]
+    z = x + 2.5                              # the same scalar again: its device copy is reused
+    xm.mark_step()
+    assert met.metric_data("TransferToDeviceTime")[0] == 1
+    w = x + 3.5                              # a new value is uploaded
+    xm.mark_step()
+    assert met.metric_data("TransferToDeviceTime")[0] == 2
+    assert z.cpu().tolist() == [2.5] * 3 and w.cpu().tolist() == [3.5] * 3

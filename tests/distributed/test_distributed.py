@@ -315,6 +315,9 @@ def test_fault_raising_and_killed_replicas(tmp_path):
     assert rc != 0 and secs < 60, (rc, secs)
     assert "replica 1 failed on purpose" in out and "Traceback" in out
     assert "ReplicaFailed" in out
+    # the launcher prints the replica's traceback once, inside ReplicaFailed
+    assert out.count('raise ValueError("replica 1 failed on purpose")') == 1, out[-4000:]
+    assert "starting 2 replica processes on CPU" in out
     assert not alive and not group, (alive, group)
     rc, out, secs, alive, group = _fault_finish(*killed, "kill")
     assert rc != 0 and secs < 60, (rc, secs)
@@ -359,6 +362,9 @@ def test_mnist_mp_example_bit_identical(tmp_path):
     assert res["world_size"] == 4 and res["identical"] == [True, True]
     assert res["accuracy"] > 50.0
     assert "params bit-identical across 4 replicas: True" in log
+    # a launch line first; JAX's gloo connection chatter is filtered out of stdout
+    assert log.lstrip().startswith("torch_xla: starting 4 replica processes"), log[:500]
+    assert "[Gloo]" not in log and "4 replicas ready" in log
 
 
 

@@ -79,6 +79,7 @@ def _replica_main(fn, args, env, conn, parent_pid):
     if os.getppid() == 1:
         os._exit(1)  # the parent died before we could arm the signal
     rank = int(env["RANK"])
+    chatter = _NativeChatterFilter.install() if env.get("PJRT_DEVICE") == "CPU" else None
     distributed_init.report_hook = lambda text: _report(conn, rank, text)
     code = 0
     result = None
@@ -92,11 +93,11 @@ def _replica_main(fn, args, env, conn, parent_pid):
             _report(conn, rank, f"SystemExit({e.code!r})")
     except BaseException:  # noqa: BLE001 - every failure ends the job with its traceback
         tb = traceback.format_exc()
-        sys.stderr.write(f"torch_xla: replica {rank} (pid {os.getpid()}) failed:\n{tb}")
-        _report(conn, rank, tb)
+        if not _report(conn, rank, tb):  # the launcher prints it; here only if it cannot
+            sys.stderr.write(f"torch_xla: replica {rank} (pid {os.getpid()}) failed:\n{tb}")
         code = 17
     if code:
-        _flush()
+        _flush(chatter)
         os._exit(code)
     try:
         conn.send(("ok", rank, result))
@@ -106,7 +107,7 @@ def _replica_main(fn, args, env, conn, parent_pid):
         except Exception:  # noqa: BLE001
             pass
     distributed_init.shutdown()
-    _flush()
+    _flush(chatter)
     os._exit(0)  # skip atexit handlers that might wait on peers that are gone
 
 
@@ -120,16 +121,72 @@ def _finish_device_work():
 def _report(conn, rank, text):
     try:
         conn.send(("error", rank, text))
+        return True
     except Exception:  # noqa: BLE001
-        pass
+        return False
 
 
-def _flush():
+def _flush(chatter=None):
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
         except Exception:  # noqa: BLE001
             pass
+    if chatter is not None:
+        chatter.close()
+
+
+class _NativeChatterFilter:
+    """Drops the C++ connection chatter of JAX's gloo CPU collectives
+    ("[Gloo] Rank N is connected to ...", one line per replica, written to fd 1
+    by the library) and passes every other line through unchanged.
+
+    fd 1 becomes a pipe that a thread copies to the original stdout; Python's
+    sys.stdout keeps its buffering (decided at start-up from the original fd)."""
+
+    _DROP = (b"[Gloo] Rank ",)
+
+    def __init__(self):
+        self.orig = os.dup(1)
+        r, w = os.pipe()
+        os.dup2(w, 1)
+        os.close(w)
+        self.reader = r
+        self.thread = threading.Thread(target=self._pump, name="torch_xla-stdout-filter", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def install(cls):
+        try:
+            return cls()
+        except OSError:
+            return None
+
+    def _pump(self):
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self.reader, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            out = b"".join(line + b"\n" for line in lines if not line.startswith(self._DROP))
+            if out:
+                os.write(self.orig, out)
+        if pending and not pending.startswith(self._DROP):
+            os.write(self.orig, pending)
+        os.close(self.reader)
+
+    def close(self):
+        """Put the original stdout back (the pipe's last writer goes) and drain."""
+        try:
+            os.dup2(self.orig, 1)
+        except OSError:
+            return
+        self.thread.join(2.0)
 
 
 # ---------------------------------------------------------------------------
@@ -417,6 +474,7 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
         coordinator = f"{master}:{port or distributed_init.free_port(master)}"
     world = sum(layout)
     offset = sum(layout[:host_index])
+    _announce(device_type(), local, world, len(layout), host_index, coordinator)
     ctx = multiprocessing.get_context(start_method)
     procs, conns = {}, {}
     base_env = {
@@ -448,6 +506,14 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
         os.environ.clear()
         os.environ.update(saved)
     return Job(procs, conns, link)
+
+
+def _announce(device, local, world, hosts, host_index, coordinator):
+    where = f"host {host_index} of {hosts}, " if hosts > 1 else ""
+    sys.stderr.write(f"torch_xla: starting {local} replica processes on {device} ({where}world size {world}, "
+                     f"coordinator {coordinator}); each imports torch and JAX and compiles its first step "
+                     "before printing\n")
+    sys.stderr.flush()
 
 
 def run_single(fn, args):

@@ -10,9 +10,11 @@ pool. Buffers that a full barrier overwrites (a parameter updated in place)
 are donated. Execution is asynchronous: outputs become the tensors' data as
 futures, and only host reads wait.
 """
+import collections
 import threading
 import time
 
+import jax
 import numpy as np
 import torch
 
@@ -20,6 +22,7 @@ from ..base import config, events, metrics
 from ..compile import cache
 from ..ir import node as ir
 from ..ir.graph import Graph
+from ..runtime import topology
 from ..runtime.platform import jax_device
 from . import index_checks, mode, tensor
 
@@ -64,6 +67,8 @@ def run(root_values, owners=(), donate=False, reason="user"):
             events.emit("captured", graph=g, reason=reason, cached=exe is not None)
         jax_device()  # brings the device (and a multi-process job) up before inputs move
         inputs = g.inputs()
+        if g.scalars:
+            inputs = _upload_scalar_pools(inputs, len(g.params))
         stage = "compile"
         try:
             if exe is None:
@@ -104,6 +109,34 @@ def run(root_values, owners=(), donate=False, reason="user"):
             index_checks.deliver(outs[n_roots:], check_infos)
             outs = outs[:n_roots]
         return outs
+
+
+_pool_cache = collections.OrderedDict()   # (device, dtype, bytes) -> device array
+_POOL_CACHE_SIZE = 256
+
+
+def _upload_scalar_pools(inputs, n_params):
+    """The step's scalar pools as device arrays. A pool whose values were seen
+    recently is reused (a constant learning rate costs no upload per step), as
+    upstream caches its scalar device data; a real upload is counted in
+    TransferToDeviceTime like any other."""
+    out = inputs[:n_params]
+    dev = topology.upload_device()
+    for pool in inputs[n_params:]:
+        key = (dev, pool.dtype.str, pool.tobytes())
+        arr = _pool_cache.get(key)
+        if arr is None:
+            t0 = time.perf_counter_ns()
+            arr = jax.device_put(pool, dev)
+            metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
+            metrics.metric("InboundData", pool.nbytes, kind="bytes")
+            _pool_cache[key] = arr
+            if len(_pool_cache) > _POOL_CACHE_SIZE:
+                _pool_cache.popitem(last=False)
+        else:
+            _pool_cache.move_to_end(key)
+        out.append(arr)
+    return out
 
 
 def _is_oom(e):
