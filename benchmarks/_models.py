@@ -110,3 +110,33 @@ def jax_mnist(batch):
     y = jnp.asarray(rng.integers(0, 10, batch))
     bufs = jax.tree_util.tree_map(jnp.zeros_like, params)
     return _sgd_momentum(loss_fn), (params, bufs, x, y)
+
+
+def torch_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2):
+    """A small causal decoder (token + position embeddings, pre-norm blocks,
+    tied output head); its loss is token cross-entropy, so both the embedding
+    gathers and the loss's target gather are index-checked."""
+    import torch
+    import torch.nn as nn
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(seq, d)
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, layers)
+            self.norm = nn.LayerNorm(d)
+            self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
+
+        def forward(self, idx):
+            h = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            h = self.blocks(h, mask=self.mask, is_causal=True)
+            return self.norm(h) @ self.tok.weight.t()
+
+    def loss_fn(logits, target):
+        return nn.functional.cross_entropy(logits.reshape(-1, vocab), target.reshape(-1))
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, vocab, (batch, seq + 1))
+    return Decoder(), tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous(), loss_fn

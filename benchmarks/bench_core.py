@@ -24,7 +24,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _models import jax_mlp, jax_mnist, torch_mlp, torch_mnist  # noqa: E402
+from _models import jax_mlp, jax_mnist, torch_gpt, torch_mlp, torch_mnist  # noqa: E402
 
 
 def timeit(step, n, warmup=3, sync=lambda: None, reps=3):
@@ -75,7 +75,7 @@ def bench_tracing(n_ops=3000, reps=10):
 def _torch_step(kind, batch, on_xla):
     """One SGD-momentum training step of the PyTorch model, eager CPU or XLA."""
     import torch
-    model, data, target, loss_fn = (torch_mlp if kind == "mlp" else torch_mnist)(batch)
+    model, data, target, loss_fn = {"mlp": torch_mlp, "mnist": torch_mnist, "gpt": torch_gpt}[kind](batch)
     barrier = lambda: None  # noqa: E731
     if on_xla:
         import torch_xla
@@ -147,25 +147,32 @@ def upstream(args):
         return None
 
 
-def _step_in_subprocess(kind, batch, steps, env):
-    """ms/step of the torch_xla step in a fresh process with `env` (knobs read at import)."""
-    code = (f"import sys, json; sys.path.insert(0, {HERE!r}); import bench_core as b; "
-            f"print(json.dumps(b.bench_torch_xla_step({kind!r}, {batch}, {steps})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
-                         env=dict(os.environ, **env))
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def bench_index_checks(steps):
-    """The deferred index check's cost: the MNIST step (nll_loss targets checked)
-    with XLA_CHECK_INDICES on and off, each measured twice, alternating."""
-    on, off = [], []
-    for _ in range(2):
-        on.append(_step_in_subprocess("mnist", 64, steps, {"XLA_CHECK_INDICES": "1"}))
-        off.append(_step_in_subprocess("mnist", 64, steps, {"XLA_CHECK_INDICES": "0"}))
-    return min(on), min(off)
+def bench_index_checks(kind, batch, blocks=12, per_block=5):
+    """The deferred index check's cost on one training step, measured in one
+    process: blocks of steps with the checks on and off alternate (each setting
+    has its own cached graph), so machine noise hits both alike. -> (on, off)
+    median seconds per step."""
+    import torch_xla.core.xla_model as xm
+    from torch_xla.engine.lazy import index_checks
+    step = _torch_step(kind, batch, True)
+    times = {True: [], False: []}
+    saved = index_checks.ENABLED
+    try:
+        for flag in (True, False, True, False):   # compile and warm both graphs
+            index_checks.ENABLED = flag
+            step()
+            xm.wait_device_ops()
+        for i in range(2 * blocks):
+            flag = i % 2 == 0
+            index_checks.ENABLED = flag
+            t0 = time.perf_counter()
+            for _ in range(per_block):
+                step()
+            xm.wait_device_ops()
+            times[flag].append((time.perf_counter() - t0) / per_block)
+    finally:
+        index_checks.ENABLED = saved
+    return statistics.median(times[True]), statistics.median(times[False])
 
 
 def main():
@@ -200,9 +207,11 @@ def main():
             print(f"  {'  upstream torch_xla 2.9':<28}{up[kind]*1e3:>11.2f}{'':>11}{'':>11}{up[kind]/jx:>9.2f}")
     print("  target: MLP torch_xla/JAX <= 1.15")
 
-    on, off = bench_index_checks(steps)
-    print(f"\n[index checks] MNIST CNN step, batch 64: checks on {on*1e3:.2f} ms, off {off*1e3:.2f} ms "
-          f"({(on / off - 1) * 100:+.1f}%)   target <= +3%")
+    print("\n[index checks] deferred in-graph index checks, on vs off (XLA_CHECK_INDICES), "
+          "alternating blocks in one process   target <= +3%")
+    for kind, batch, name in (("mnist", 64, "MNIST CNN, batch 64"), ("gpt", 8, "GPT 2x128, seq 64, batch 8")):
+        on, off = bench_index_checks(kind, batch, blocks=4 if a.quick else 12)
+        print(f"  {name:<28} on {on*1e3:.2f} ms, off {off*1e3:.2f} ms ({(on / off - 1) * 100:+.1f}%)")
 
     if not a.quick:
         samples = bench_rss(a.rss_steps)

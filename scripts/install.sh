@@ -27,11 +27,13 @@ then
   echo "[install] everything for '$EXTRA' is already installed in $($PY -c 'import sys; print(sys.prefix)')"
   exit 0
 fi
+# pip's notes about index locations this machine's pip.conf names but lacks are noise here
+quiet_pip() { $PY -m pip "$@" 2>&1 | sed "/is ignored: it is neither a file nor a directory/d"; }
 echo "[install] installing into $($PY -c 'import sys; print(sys.prefix)') (first run: about 1-2 minutes)"
 if ! $PY -c "import torch, sys; v=tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2]); sys.exit(0 if v>=(2,10) else 1)" 2>/dev/null; then
   echo "[install] torch (the CPU build 2.13.0 where it is on disk)"
-  $PY -m pip install -q --progress-bar off "torch==2.13.0" || $PY -m pip install -q "torch>=2.10"
+  quiet_pip install -q --progress-bar off "torch==2.13.0" || quiet_pip install -q "torch>=2.10"
 fi
 echo "[install] jax and torch_xla (editable) with the '$EXTRA' extras"
-$PY -m pip install -q -e ".[$EXTRA]"
+quiet_pip install -q -e ".[$EXTRA]"
 echo "[install] done"
