@@ -140,3 +140,74 @@ def torch_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2):
     torch.manual_seed(0)
     tokens = torch.randint(0, vocab, (batch, seq + 1))
     return Decoder(), tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous(), loss_fn
+
+
+def jax_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, compute_dtype=None):
+    """The same decoder as torch_gpt (pre-norm blocks, ReLU feed-forward, biased
+    projections, tied head) in pure JAX, trained with AdamW (hand-written: no
+    optax here). -> (jitted step(state) -> state, state); compute_dtype=bfloat16
+    casts the parameters for the forward pass as autocast does."""
+    import jax
+    import jax.numpy as jnp
+    rng = np.random.default_rng(0)
+
+    def r(*s, scale=0.02):
+        return jnp.asarray(rng.standard_normal(s, np.float32) * scale)
+
+    def block():
+        return {"ln1": (jnp.ones(d), jnp.zeros(d)), "ln2": (jnp.ones(d), jnp.zeros(d)),
+                "qkv": (r(d, 3 * d), jnp.zeros(3 * d)), "proj": (r(d, d), jnp.zeros(d)),
+                "up": (r(d, 4 * d), jnp.zeros(4 * d)), "down": (r(4 * d, d), jnp.zeros(d))}
+
+    params = {"tok": r(vocab, d), "pos": r(seq, d), "blocks": [block() for _ in range(layers)],
+              "norm": (jnp.ones(d), jnp.zeros(d))}
+    mask = jnp.triu(jnp.full((seq, seq), -jnp.inf), 1)
+
+    def ln(x, p):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * p[0] + p[1]
+
+    def attend(x, p):
+        b, t, _ = x.shape
+        q, k, v = jnp.split(x @ p["qkv"][0] + p["qkv"][1], 3, axis=-1)
+        split = lambda z: z.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3)  # noqa: E731
+        q, k, v = split(q), split(k), split(v)
+        att = jax.nn.softmax((q @ k.transpose(0, 1, 3, 2)) / np.sqrt(d // heads) + mask, axis=-1)
+        out = (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
+        return out @ p["proj"][0] + p["proj"][1]
+
+    def loss_fn(ps, idx, tgt):
+        if compute_dtype is not None:
+            ps = jax.tree_util.tree_map(lambda a: a.astype(compute_dtype), ps)
+        h = ps["tok"][idx] + ps["pos"][None]
+        for p in ps["blocks"]:
+            h = h + attend(ln(h, p["ln1"]), p)
+            f = jax.nn.relu(ln(h, p["ln2"]) @ p["up"][0] + p["up"][1])
+            h = h + f @ p["down"][0] + p["down"][1]
+        logits = (ln(h, ps["norm"]) @ ps["tok"].T).astype(jnp.float32)
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, tgt[..., None], -1))
+
+    @jax.jit
+    def step(state):
+        ps, m, v, t, idx, tgt = state
+        grads = jax.grad(loss_fn)(ps, idx, tgt)
+        t = t + 1
+        lr, b1, b2, eps, wd = 1e-4, 0.9, 0.999, 1e-8, 0.01
+        m = jax.tree_util.tree_map(lambda a, g: b1 * a + (1 - b1) * g, m, grads)
+        v = jax.tree_util.tree_map(lambda a, g: b2 * a + (1 - b2) * g * g, v, grads)
+        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+        ps = jax.tree_util.tree_map(
+            lambda p, a, s: p * (1 - lr * wd) - lr * (a / c1) / (jnp.sqrt(s / c2) + eps), ps, m, v)
+        return ps, m, v, t, idx, tgt
+
+    tokens = rng.integers(0, vocab, (batch, seq + 1))
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    state = (params, zeros, zeros, jnp.zeros((), jnp.float32),
+             jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:]))
+    return step, state
+
+
+def param_count(model):
+    return sum(p.numel() for p in model.parameters())
