@@ -1,0 +1,120 @@
+"""Compile time against graph size: 1, 2 and 4 training steps traced into one graph.
+
+    python benchmarks/bench_compile.py [--sizes 1 2 4] [--models mnist gpt]
+
+For each model, k steps run with no barrier between them and one `mark_step`
+at the end, so the graph holds k copies of the step; its compile time (our
+CompileTime metric: lowering plus XLA) is printed with its ratio to k times the
+1-step compile. The same k-step unrolling of the GPT is compiled in pure JAX
+for comparison. A ratio near 1.0 is linear; the target is <= 1.3 at 4 steps.
+Each point runs in a fresh process after a warm-up compile of an unrelated
+graph, so JAX's one-time start-up is in no measurement.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def _warm_up():
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    x = torch.ones(8, device=torch_xla.device())
+    (x * 3 + 1).sum().item()
+    xm.wait_device_ops()
+
+
+def point_torch_xla(model, k):
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    from _models import torch_gpt, torch_mnist
+    _warm_up()
+    build = {"mnist": lambda: torch_mnist(16), "gpt": lambda: torch_gpt(4, seq=32, vocab=256, d=64, heads=2)}
+    net, data, target, loss_fn = build[model]()
+    dev = torch_xla.device()
+    net, data, target = net.to(dev), data.to(dev), target.to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    opt.zero_grad()      # one step first: the momentum buffers exist, every step below is alike
+    loss_fn(net(data), target).backward()
+    opt.step()
+    xm.mark_step()
+    xm.wait_device_ops()
+    met.clear_all()
+    for _ in range(k):
+        opt.zero_grad()
+        loss_fn(net(data), target).backward()
+        opt.step()
+    t0 = time.perf_counter()
+    xm.mark_step()
+    xm.wait_device_ops()
+    wall = time.perf_counter() - t0
+    compile_ns = met.metric_data("CompileTime")[1]
+    size = met.metric_data("TensorsGraphSize")
+    return {"compile": compile_ns / 1e9, "wall": wall, "nodes": int(size[1]) if size else 0}
+
+
+def point_jax(model, k):
+    import jax
+    from _models import jax_gpt
+    step, state = jax_gpt(4, seq=32, vocab=256, d=64, heads=2)
+    jax.block_until_ready(step(state))
+
+    def many(s):
+        for _ in range(k):
+            s = step(s)
+        return s
+
+    lowered = jax.jit(many).lower(state)
+    t0 = time.perf_counter()
+    lowered.compile()
+    return {"compile": time.perf_counter() - t0}
+
+
+def _point(kind, model, k):
+    cmd = [sys.executable, os.path.abspath(__file__), "--point", json.dumps([kind, model, k])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(lines[-1])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--models", nargs="+", default=["mnist", "gpt"])
+    p.add_argument("--point", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.point:
+        kind, model, k = json.loads(a.point)
+        print(json.dumps((point_torch_xla if kind == "torch_xla" else point_jax)(model, k)))
+        return 0
+    print("compile time of k training steps in one graph (SGD momentum); ratio = t(k) / (k * t(1))   "
+          "target <= 1.3")
+    worst = 0.0
+    for model in a.models:
+        runs = [("torch_xla", model)] + ([("jax", model)] if model == "gpt" else [])
+        for kind, m in runs:
+            base = None
+            for k in a.sizes:
+                r = _point(kind, m, k)
+                base = base or r["compile"] / k
+                ratio = r["compile"] / (k * base)
+                if kind == "torch_xla":
+                    worst = max(worst, ratio)
+                extra = f"  TensorsGraphSize {r['nodes']}" if "nodes" in r else ""
+                print(f"  {m:<6}{kind:<10} k={k}: {r['compile']:7.2f} s   ratio {ratio:4.2f}{extra}", flush=True)
+    print(f"worst torch_xla ratio: {worst:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
