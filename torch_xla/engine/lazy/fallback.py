@@ -39,7 +39,9 @@ def run_on_cpu(func, args, kwargs):
     from .transfers import upload_node
     from . import views
     name = func._schema.name.split("::")[-1]
-    metrics.counter(f"aten::{name}")
+    overload = func._schema.overload_name
+    # upstream's counter names the overload unless it is the default one (aten::repeat_interleave.Tensor)
+    metrics.counter(f"aten::{name}.{overload}" if overload else f"aten::{name}")
     cargs = _to_host(args)
     ckw = {k: _to_host(v) for k, v in kwargs.items()}
     out = func(*cargs, **ckw)

@@ -32,6 +32,15 @@ def _is_float(dt):
     return jnp.issubdtype(dt, jnp.inexact)
 
 
+def _wide(x):
+    """For special functions whose float32 series in JAX drift up to ~1e-5
+    relative (digamma, polygamma, zeta) where eager is within an ulp: on CPU and
+    GPU they run in float64 and round once. TPU has no float64."""
+    if ctx.platform == "tpu" or not jax.config.jax_enable_x64:
+        return x
+    return x.astype(jnp.float64) if x.dtype == jnp.float32 else x
+
+
 # -- arithmetic -------------------------------------------------------------
 
 @lower("add.Tensor", "add.Scalar")
@@ -80,6 +89,7 @@ def _div_mode(a, b, rounding_mode=None):
     if rounding_mode == "trunc":
         if _is_float(dt):
             return jnp.trunc(a / b)
+        a, b = jnp.broadcast_arrays(a, b)   # lax.div does not broadcast
         return lax.div(a, b)
     if _is_float(dt):
         return jnp.floor(a / b)
@@ -244,7 +254,68 @@ def _digamma(x):
     x = _as(x, dt)
     # PyTorch: -inf at 0 (JAX gives NaN there), NaN at negative integers
     inf = jnp.asarray(jnp.inf, dt)
-    return jnp.where(x == 0, jnp.where(jnp.signbit(x), inf, -inf), jax.scipy.special.digamma(x))
+    psi = _digamma_series(x) if dt == jnp.float32 else jax.scipy.special.digamma(x)
+    return jnp.where(x == 0, jnp.where(jnp.signbit(x), inf, -inf), psi)
+
+
+# B_2k / 2k for the asymptotic series psi(x) ~ log x - 1/2x - sum_k B_2k / (2k x^2k), highest first
+_PSI_ASYMPTOTIC = (1 / 12, -691 / 32760, 1 / 132, -1 / 240, 1 / 252, -1 / 120, 1 / 12)
+_PSI_10 = 2.25175258906672110764   # digamma(10)
+
+
+def _trigamma_series(x):
+    """float32 trigamma the textbook way eager's kernel also goes (reflection
+    below 1/2, six recurrence steps, the asymptotic series), so they round alike."""
+    dt = x.dtype
+    low = x < 0.5
+    s = jnp.sin(jnp.asarray(jnp.pi, dt) * x)
+    reflect = jnp.asarray(jnp.pi * jnp.pi, dt) / (s * s)
+    y = jnp.where(low, 1 - x, x)
+    acc = jnp.where(low, -reflect, jnp.zeros_like(x))
+    for _ in range(6):   # psi1(y) = psi1(y + 1) + 1/y^2
+        acc = acc + 1 / (y * y)
+        y = y + 1
+    z = 1 / (y * y)
+    acc = acc + (1 + 1 / (2 * y) + z * (1 / 6 - z * (1 / 30 - z * (1 / 42)))) / y
+    return jnp.where(low, -acc, acc)
+
+
+def _zeta(x, q):
+    """Hurwitz zeta with eager's domain: inf at x == 1, NaN for x < 1; for q <= 0,
+    inf at integer q and NaN where q**-x is undefined (x not an integer)."""
+    r = _sp.zeta(_wide(x), _wide(q)).astype(x.dtype)
+    inf, nan = jnp.asarray(jnp.inf, x.dtype), jnp.asarray(jnp.nan, x.dtype)
+    q_int = q == jnp.floor(q)
+    r = jnp.where((q <= 0) & q_int, inf, r)
+    r = jnp.where((q <= 0) & ~q_int & (x != jnp.floor(x)), nan, r)
+    r = jnp.where(x < 1, nan, r)
+    return jnp.where(x == 1, inf, r)
+
+
+def _digamma_series(x):
+    """float32 digamma by the textbook route eager's CPU kernel also takes
+    (reflection below 0, the recurrence up to 10, the asymptotic series), so the
+    two round alike; JAX's own float32 digamma differs by up to ~1e-5 relative."""
+    dt = x.dtype
+    neg = x < 0
+    frac = x - jnp.trunc(x)
+    # pi / tan(pi * frac) is better conditioned on the fractional part; in float64 where there is one
+    wide = _wide(frac)
+    reflect = (jnp.pi / jnp.tan(jnp.pi * wide)).astype(dt)
+    y = jnp.where(neg, 1 - x, x)
+    acc = jnp.zeros_like(y)
+    for _ in range(10):   # y < 10 takes at most 10 steps of psi(y) = psi(y + 1) - 1/y
+        small = y < 10
+        acc = jnp.where(small, acc - 1 / y, acc)
+        y = jnp.where(small, y + 1, y)
+    z = 1 / (y * y)
+    poly = jnp.zeros_like(z)
+    for c in _PSI_ASYMPTOTIC:
+        poly = poly * z + jnp.asarray(c, dt)
+    tail = jnp.where(y < 1e17, z * poly, jnp.zeros_like(z))
+    psi = jnp.where(y == 10, acc + jnp.asarray(_PSI_10, dt), acc + jnp.log(y) - 0.5 / y - tail)
+    psi = jnp.where(neg, psi - reflect, psi)
+    return jnp.where(neg & (x == jnp.trunc(x)), jnp.nan, psi)
 
 
 @lower("sgn")
@@ -457,6 +528,8 @@ def _polygamma(n, x):
     if n == 0:
         return _digamma(x)
     n = int(n)
+    if n == 1 and dt == jnp.float32:
+        return _trigamma_series(x)
     # JAX's series is only right for x > 0: shift negative x up with the
     # recurrence psi_n(x) = psi_n(x + k) - (-1)^n n! sum_{j<k} (x + j)^-(n+1)
     K = 64
@@ -464,7 +537,8 @@ def _polygamma(n, x):
     j = jnp.arange(K, dtype=dt).reshape((K,) + (1,) * x.ndim)
     terms = jnp.where(j < k, (x + j) ** (-(n + 1)), jnp.zeros((), dt))
     sign_fact = (-1.0) ** n * math.factorial(n)
-    return (_sp.polygamma(n, x + k) - jnp.asarray(sign_fact, dt) * jnp.sum(terms, axis=0)).astype(dt)
+    return (_sp.polygamma(n, _wide(x + k)).astype(dt)
+            - jnp.asarray(sign_fact, dt) * jnp.sum(terms, axis=0)).astype(dt)
 
 
 @lower("frexp.Tensor")
@@ -506,7 +580,7 @@ for _names, _fn in (
     (("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other",), jax.scipy.special.xlogy),
     (("clamp_min", "clamp_min.Tensor",), jnp.maximum),
     (("clamp_max", "clamp_max.Tensor",), jnp.minimum),
-    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), _sp.zeta),
+    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), lambda a, b: _zeta(a, b)),
     (("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar",), _sp.xlog1py),
     (("igamma",), _sp.gammainc),
     (("igammac",), _sp.gammaincc),

@@ -305,7 +305,11 @@ def _index_select(x, dim, index):
 def _gather(x, dim, index, sparse_grad=False):
     if x.ndim == 0:
         return x.reshape(index.shape)
-    return jnp.take_along_axis(x, index, axis=dim % x.ndim, mode="clip")
+    d = dim % x.ndim
+    if any(index.shape[i] < x.shape[i] for i in range(x.ndim) if i != d):
+        # PyTorch lets the index be smaller than the input off `dim`: only that corner is read
+        x = x[tuple(slice(None) if i == d else slice(0, index.shape[i]) for i in range(x.ndim))]
+    return jnp.take_along_axis(x, index, axis=d, mode="clip")
 
 
 def _scatter_idx(x, dim, index):
@@ -428,7 +432,9 @@ def _index_fill(x, dim, index, value):
 
 @lower("masked_scatter")
 def _masked_scatter(x, mask, source):
-    mask = jnp.broadcast_to(mask, x.shape).reshape(-1)
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)   # either side may broadcast
+    x = jnp.broadcast_to(x, shape)
+    mask = jnp.broadcast_to(mask, shape).reshape(-1)
     rank = jnp.cumsum(mask) - 1
     src = source.reshape(-1).astype(x.dtype)
     picked = src[jnp.clip(rank, 0, max(src.shape[0] - 1, 0))]
@@ -455,15 +461,22 @@ def _embedding_bwd(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
 
 @lower("take")
 def _take(x, index):
-    return jnp.take(x.reshape(-1), index, mode="clip")
+    flat = x.reshape(-1)
+    index = jnp.where(index < 0, index + flat.shape[0], index)   # take counts from the end as eager does
+    return jnp.take(flat, index, mode="clip")
 
 
 @lower("take_along_dim")
 def _take_along_dim(x, indices, dim=None):
     if dim is None:
         return jnp.take(x.reshape(-1), indices.reshape(-1))
-    x, indices = jnp.broadcast_arrays(x, indices) if False else (x, indices)
-    return jnp.take_along_axis(x, indices, axis=dim % x.ndim)
+    d = dim % x.ndim
+    # the two broadcast against each other everywhere but along `dim`
+    common = list(jnp.broadcast_shapes(tuple(1 if i == d else n for i, n in enumerate(x.shape)),
+                                       tuple(1 if i == d else n for i, n in enumerate(indices.shape))))
+    x = jnp.broadcast_to(x, tuple(x.shape[d] if i == d else n for i, n in enumerate(common)))
+    indices = jnp.broadcast_to(indices, tuple(indices.shape[d] if i == d else n for i, n in enumerate(common)))
+    return jnp.take_along_axis(x, indices, axis=d)
 
 
 def _pad_mode_backward(mode):
