@@ -286,10 +286,11 @@ def tensor_debug_info(t):
 
 
 def dynamo_ready():
-    """Keep TorchDynamo out of torch_xla's and JAX's frames (idempotent)."""
+    """Make sure Dynamo knows XLA tensors and skips torch_xla's and JAX's
+    frames (done at Dynamo's import; idempotent)."""
     from .lazy import tensor
-    if not tensor._skipped:
-        tensor._skip_engine()
+    tensor.ensure_dynamo_registration()
+
 # -- SPMD ----------------------------------------------------------------------------
 
 def use_spmd():
