@@ -271,6 +271,14 @@ def capture_step(fn, args):
     return Step.capture(fn, args)
 
 
+def capture_call(fn, args, kwargs, after_trace=None):
+    """torch_xla.compile(replay=True): trace fn(*args, **kwargs) lazily and
+    capture the call, tensors it closes over included; -> (call step, result).
+    `step.replayable`, `step.why`, `step.fingerprint`, `step.replay(flat args)`."""
+    from .lazy.replay import capture_call as _capture_call
+    return _capture_call(fn, args, kwargs, after_trace)
+
+
 def tensor_debug_info(t):
     """Upstream's `_get_xla_tensor_debug_info` text: 'XLAData: None' while the
     tensor's value is pending IR, the device data's shape once it is computed."""
