@@ -33,14 +33,17 @@ _metrics = _api.metrics
 
 
 def _signature(args):
+    """What a captured graph is keyed by besides Dynamo's own guards (which
+    already pin each tensor's dtype and device): tensor shapes (a dynamic
+    dimension may change) and the values of other inputs (symbolic sizes)."""
     sig = []
+    tensor = torch.Tensor
     for a in args:
-        if isinstance(a, torch.Tensor):
-            sig.append((tuple(a.shape), a.dtype, a.device.type))
+        if isinstance(a, tensor):
+            sig.append(a.shape)
         else:
-            sig.append(("v", type(a), a if isinstance(a, (int, float, bool)) else id(a)))
+            sig.append((type(a), a if isinstance(a, (int, float, bool)) else id(a)))
     return tuple(sig)
-
 
 
 def _flatten(out):

@@ -51,7 +51,7 @@ def _base(t):
 class Step:
     """One captured graph: outputs and in-place writes of a function of tensors."""
     __slots__ = ("graph", "exe", "param_src", "n_mut", "mut_index", "out_avals", "mut_avals",
-                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra")
+                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra", "pools")
 
     @classmethod
     def capture(cls, fn, args):
@@ -60,6 +60,7 @@ class Step:
         computed now (through the step's executable when it is replayable)."""
         from . import executor
         st = cls()
+        st.pools = None
         tensors = [(i, _base(a)) for i, a in enumerate(args) if isinstance(a, tensor.XLATensor)]
         views = [i for i, b in tensors if b is None]
         bases = {}
@@ -150,6 +151,50 @@ class Step:
             by[x.entry].append(v)
         return [np.asarray(by[p], dtype=p) for p in sorted(by)]
 
+    def _bind(self, args):
+        """The executable's inputs when every argument is device data (the
+        usual case); None otherwise."""
+        inputs = []
+        data = ir.DATA
+        for s in self.param_src:
+            if type(s) is int:
+                a = args[s]
+                if a._xb is not None:
+                    if a._chain:
+                        return None
+                    a = a._xb
+                v = a._v[0]
+                if v.kind != data or v.data is None:
+                    return None
+                inputs.append(v.data)
+            else:
+                inputs.append(s)
+        return inputs
+
+    def _bind_slow(self, args, executor, device_array):
+        pend = []
+        for s in self.param_src:
+            if type(s) is int:
+                a = _base(args[s])
+                if a is not None and a._v[0].kind == ir.OP:
+                    pend.append(a)
+        if pend:
+            # inputs still pending IR run first, together, as one graph
+            metrics.counter("DynamoSyncInputExecuteTime")
+            executor.sync(pend, reason="dynamo inputs")
+        inputs = []
+        for s in self.param_src:
+            if type(s) is int:
+                a = _base(args[s])
+                if a is None:   # a view: its current value
+                    inputs.append(device_array(args[s]))
+                    continue
+                v = a._v[0]
+                inputs.append(v.data if v.kind == ir.DATA and v.data is not None else device_array(a))
+            else:
+                inputs.append(s)
+        return inputs
+
     def run(self, args, _seeds=None):
         """Replay on new arguments (same avals as the capture); -> the output
         tensors (new bases). Arguments written in place get their new data."""
@@ -158,26 +203,15 @@ class Step:
         traced = _seeds is not None   # the capture's own run: observers count its ops once
         if _seeds is None:
             _seeds = [_random._take_seed() for _ in range(self.n_seeds)]
-        inputs = []
-        pend = None
-        for s in self.param_src:
-            if type(s) is int:
-                a = _base(args[s])
-                if a._v[0].kind == ir.OP:
-                    pend = [] if pend is None else pend
-                    pend.append(a)
-        if pend:
-            # inputs still pending IR run first, together, as one graph
-            metrics.counter("DynamoSyncInputExecuteTime")
-            executor.sync(pend, reason="dynamo inputs")
-        for s in self.param_src:
-            if type(s) is int:
-                a = _base(args[s])
-                v = a._v[0]
-                inputs.append(v.data if v.kind == ir.DATA and v.data is not None else device_array(a))
-            else:
-                inputs.append(s)
-        inputs += self._pools(_seeds)
+        inputs = self._bind(args)
+        if inputs is None:
+            inputs = self._bind_slow(args, executor, device_array)
+        if self.n_seeds:
+            inputs += self._pools(_seeds)
+        else:   # no random op: the scalar pools never change
+            if self.pools is None:
+                self.pools = self._pools(_seeds)
+            inputs += self.pools
         g = self.graph
         with cache.lock:
             exe = self.exe
@@ -363,6 +397,7 @@ def capture_call(fn, args, kwargs, after_trace=None):
         return apos[pos[1]] if pos[0] == "a" else len(arg_list) + pos[1]
 
     st = Step()
+    st.pools = None
     seeds = st._take_scalars(g, seed0)
     st.graph = g
     st.exe = None
