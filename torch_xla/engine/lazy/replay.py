@@ -354,7 +354,15 @@ def capture_call(fn, args, kwargs, after_trace=None):
             grad_slots.append((p, new_ids[id(g1)]))
         else:
             why = why or "it sets a gradient to a tensor that existed before the call"
-    mutated = [t for t, v in olds.values() if t._v is not v]
+    # in the order of their first write (the collector's order changes between
+    # calls; the graph's key depends on its roots' order)
+    changed = {id(t): t for t, v in olds.values() if t._v is not v}
+    mutated = []
+    for r in tensor.pending:
+        t = r()
+        if t is not None and changed.pop(id(t), None) is not None:
+            mutated.append(t)
+    mutated += changed.values()   # written without becoming pending (`.data = ` another tensor)
     old_grads = {id(g0) for _, g0 in grads if g0 is not None}
     if with_history and not grad_slots and not any(id(t) in old_grads for t in mutated):
         # no backward ran inside: the caller may still differentiate the result
