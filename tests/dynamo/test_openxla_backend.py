@@ -195,6 +195,23 @@ def test_graph_breaks_print_and_item(dev, capsys):
     assert _count("DynamoExtractCompiledGraph") >= 2
 
 
+def test_graph_break_note_names_the_user_line(dev, capsys, monkeypatch):
+    monkeypatch.setenv("PT_XLA_DEBUG_LEVEL", "1")
+    lin = nn.Linear(4, 4).to(dev)
+
+    def fn(x):
+        h = lin(x)
+        n = int(h.abs().sum().item() > 0)   # a host read: Dynamo breaks the graph here
+        return h * (n + 1)
+
+    x = torch.randn(2, 4)
+    out = torch.compile(fn, backend="openxla_eval")(x.to(dev))
+    torch.testing.assert_close(out.cpu(), fn(x.to(dev)).cpu())
+    text = capsys.readouterr().out
+    assert "TorchDynamo graph break at" in text and "test_openxla_backend.py" in text
+    assert _count("DynamoGraphBreak") >= 1
+
+
 def test_inplace_buffer_update_batchnorm(dev):
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))

@@ -108,10 +108,36 @@ class CompiledGraph:
         return self._pack(flat, kind)
 
 
+_breaks_seen = [0]
+
+
+def _note_graph_breaks():
+    """Count (and with PT_XLA_DEBUG_LEVEL >= 1 print, with the user's line) the
+    graph breaks Dynamo recorded since the last compiled graph. The code of a
+    break runs as ordinary Python, i.e. through lazy tracing."""
+    from torch._dynamo.utils import graph_break_reasons as reasons
+    if len(reasons) < _breaks_seen[0]:   # torch._dynamo.reset() cleared them
+        _breaks_seen[0] = 0
+    new = reasons[_breaks_seen[0]:]
+    _breaks_seen[0] = len(reasons)
+    if not new:
+        return
+    _metrics.counter("DynamoGraphBreak", len(new))
+    if _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) < 1:
+        return
+    for r in new:
+        frame = r.user_stack[-1] if r.user_stack else None
+        where = f"{frame.filename}:{frame.lineno}" if frame is not None else "an unknown line"
+        text = " ".join(str(r.reason).split())
+        print(f"pt-xla-profiler: TorchDynamo graph break at {where}: {text[:300]}; "
+              "the code there runs through lazy tracing between the compiled graphs")
+
+
 def extract_compiled_graph(xla_model, xla_args):
     """What torch's openxla backends call: -> a callable running the FX graph
     `xla_model` on XLA tensors (the first call is `xla_args`)."""
     _metrics.counter("DynamoExtractCompiledGraph")
+    _note_graph_breaks()
     _api.dynamo_ready()
     for a in xla_args:
         if isinstance(a, torch.Tensor) and a.device.type != "xla":
