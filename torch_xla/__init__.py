@@ -21,6 +21,16 @@ _dlpack.install()
 from . import experimental  # noqa: E402,F401  (upstream: torch_xla.experimental is an attribute)
 
 
+def _register_while_loop_hop():
+    # torch._higher_order_ops.while_loop on XLA tensors (it compiles through Dynamo, so
+    # Dynamo is imported by then): the HOP's rule for our tensors lives in fori_loop
+    import importlib
+    importlib.import_module("torch_xla.experimental.fori_loop")
+
+
+_api.on_dynamo_import(_register_while_loop_hop)
+
+
 def device(index=None):
     """The XLA device of this process (`xla:0`); `index` must be None or 0."""
     if index not in (None, 0):

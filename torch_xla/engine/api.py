@@ -279,6 +279,13 @@ def capture_call(fn, args, kwargs, after_trace=None):
     return _capture_call(fn, args, kwargs, after_trace)
 
 
+def on_dynamo_import(hook):
+    """Run hook() once torch._dynamo is imported (at once if it is already):
+    pieces that only matter under Dynamo register without an import of their own."""
+    from .lazy import tensor
+    tensor.on_dynamo_import(hook)
+
+
 def tensor_debug_info(t):
     """Upstream's `_get_xla_tensor_debug_info` text: 'XLAData: None' while the
     tensor's value is pending IR, the device data's shape once it is computed."""

@@ -35,6 +35,21 @@ def _register_with_dynamo():
         table[XLATensor] = table[torch.Tensor]
     for name in ("torch_xla", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
         trace_rules.add(name)
+    _dynamo_registered.append(True)
+    for hook in _dynamo_hooks:
+        hook()
+
+
+_dynamo_registered = []
+_dynamo_hooks = []   # run once Dynamo is imported (api.on_dynamo_import)
+
+
+def on_dynamo_import(hook):
+    """Run hook() once torch._dynamo has been imported (now, if it has)."""
+    if _dynamo_registered:
+        hook()
+    else:
+        _dynamo_hooks.append(hook)
 
 
 class _DynamoImportWatch:
