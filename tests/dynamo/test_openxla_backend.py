@@ -242,3 +242,27 @@ def test_dropout_draws_new_masks_like_lazy(dev):
     assert _count("DynamoReplayedGraph") == 2
     for d, lz in zip(dyn, lazy):
         torch.testing.assert_close(d, lz)
+
+
+def test_skip_input_data_check_refuses_pending_inputs(dev):
+    from torch_xla._dynamo import config
+    f = torch.compile(lambda a: a.cos().sin(), backend="openxla")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(f(x.to(dev)).cpu(), x.cos().sin())
+    config.skip_input_data_check = True
+    try:
+        y = x.to(dev)
+        torch.testing.assert_close(f(y).cpu(), x.cos().sin())   # device data: replays
+        with pytest.raises(RuntimeError, match="can not be a pending ir"):
+            f(y + 5)
+    finally:
+        config.skip_input_data_check = False
+
+
+def test_none_remover_round_trip():
+    from torch_xla._dynamo.dynamo_bridge import NoneRemover
+    r = NoneRemover()
+    assert r.remove_nones(("a", None, "b", None)) == ("a", "b") and r.none_poslist == [1, 3]
+    out = ["a", "b"]
+    r.add_nones(out)
+    assert out == ["a", None, "b", None]

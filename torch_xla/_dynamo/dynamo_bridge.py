@@ -52,6 +52,42 @@ def _flatten(out):
     return [out], None
 
 
+class NoneRemover:
+    """Takes the Nones out of a graph's outputs and puts them back (upstream's
+    helper, kept for scripts that use it). `remove_nones` edits a list in
+    place (and returns it) or returns a new tuple; `none_poslist` holds the
+    positions the Nones had; `add_nones` restores them the same way."""
+
+    def __init__(self):
+        self.none_poslist = []
+
+    def remove_nones(self, values):
+        self.none_poslist = [i for i, v in enumerate(values) if v is None]
+        kept = [v for v in values if v is not None]
+        if isinstance(values, list):
+            values[:] = kept
+            return values
+        return tuple(kept)
+
+    def add_nones(self, values):
+        out = list(values)
+        for i in self.none_poslist:
+            out.insert(i, None)
+        if isinstance(values, list):
+            values[:] = out
+            return values
+        return tuple(out)
+
+
+def _refuse_pending_inputs(args):
+    """config.skip_input_data_check: a replay takes its inputs as they are, so an
+    input still pending IR is an error (upstream's message)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and _api.is_xla_tensor(a) and _api.has_pending_ir(a):
+            raise RuntimeError("input data to dynamo graph can not be a pending ir "
+                               f"(a tensor of shape {tuple(a.shape)}; config.skip_input_data_check is set)")
+
+
 class CompiledGraph:
     """The callable torch's backend runs: one captured step per input signature."""
 
@@ -72,6 +108,8 @@ class CompiledGraph:
         if entry is not None:
             step, kind = entry
             if step.replayable:
+                if config.skip_input_data_check:
+                    _refuse_pending_inputs(args)
                 _metrics.counter("DynamoReplayedGraph")
                 outs = step.run(args)
                 return self._rebuild(step, kind, outs)
@@ -152,5 +190,5 @@ def is_xla_tensor(t):
     return isinstance(t, torch.Tensor) and t.device.type == "xla"
 
 
-__all__ = ["extract_compiled_graph", "CompiledGraph", "is_xla_tensor"]
+__all__ = ["extract_compiled_graph", "CompiledGraph", "NoneRemover", "is_xla_tensor"]
 _ = torch_xla

@@ -279,6 +279,12 @@ def capture_call(fn, args, kwargs, after_trace=None):
     return _capture_call(fn, args, kwargs, after_trace)
 
 
+def has_pending_ir(t):
+    """True when XLA tensor t's value (its base's, for a view) is still pending IR."""
+    b = t if t._xb is None else t._xb
+    return b._v[0].kind == _node.OP
+
+
 def on_dynamo_import(hook):
     """Run hook() once torch._dynamo is imported (at once if it is already):
     pieces that only matter under Dynamo register without an import of their own."""

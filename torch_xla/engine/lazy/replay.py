@@ -256,6 +256,9 @@ class CallStep:
         """-> the call's result, or None when a tensor it closes over is gone or
         changed shape (the caller traces again)."""
         combined = [leaves[i] for i in self.arg_pos]
+        for a in combined:
+            if type(a) is not tensor.XLATensor or (a._xb is not None and a._chain):
+                return None   # a view or a CPU tensor now: the capture assumed a base
         for r, aval in zip(self.holders, self.holder_avals):
             t = r()
             if t is None or t._xb is not None or t._aval != aval:
