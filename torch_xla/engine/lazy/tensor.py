@@ -28,16 +28,30 @@ def _register_with_dynamo():
     torch imports Dynamo on the first op anyway). Dynamo is also kept out of
     the engine's and JAX's frames: a sync or an op handler reached from
     compiled code runs as Python."""
-    from torch._dynamo import trace_rules
-    from torch._dynamo.variables.builder import VariableBuilder
-    for trace_numpy in (False, True):
-        table = VariableBuilder._type_dispatch_impl(trace_numpy)
-        table[XLATensor] = table[torch.Tensor]
-    for name in ("torch_xla", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
-        trace_rules.add(name)
+    # runs inside the import of torch._dynamo: an error here must not break that import
+    try:
+        from torch._dynamo import trace_rules
+        from torch._dynamo.variables.builder import VariableBuilder
+        for trace_numpy in (False, True):
+            table = VariableBuilder._type_dispatch_impl(trace_numpy)
+            table[XLATensor] = table[torch.Tensor]
+        for name in ("torch_xla", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
+            trace_rules.add(name)
+    except Exception as e:  # noqa: BLE001 - another torch version's internals
+        import warnings
+        warnings.warn(f"torch_xla: could not register XLA tensors with TorchDynamo ({e!r}); "
+                      "torch.compile will not trace them", RuntimeWarning)
     _dynamo_registered.append(True)
     for hook in _dynamo_hooks:
+        _run_hook(hook)
+
+
+def _run_hook(hook):
+    try:
         hook()
+    except Exception as e:  # noqa: BLE001
+        import warnings
+        warnings.warn(f"torch_xla: a TorchDynamo set-up step failed: {e!r}", RuntimeWarning)
 
 
 _dynamo_registered = []
@@ -47,7 +61,7 @@ _dynamo_hooks = []   # run once Dynamo is imported (api.on_dynamo_import)
 def on_dynamo_import(hook):
     """Run hook() once torch._dynamo has been imported (now, if it has)."""
     if _dynamo_registered:
-        hook()
+        _run_hook(hook)
     else:
         _dynamo_hooks.append(hook)
 
