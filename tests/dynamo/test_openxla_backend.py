@@ -266,3 +266,13 @@ def test_none_remover_round_trip():
     out = ["a", "b"]
     r.add_nones(out)
     assert out == ["a", None, "b", None]
+
+
+def test_xla_tensor_class_pays_nothing_for_dynamo(dev):
+    # Dynamo knows XLA tensors through its builder's type table, not through a class
+    # hook that every tensor creation would call
+    from torch._dynamo.variables.builder import VariableBuilder
+    cls = type(torch.ones(1, device=dev))
+    assert type(cls) is type(torch.Tensor)
+    assert cls in VariableBuilder._type_dispatch_impl(False)
+    assert cls in VariableBuilder._type_dispatch_impl(True)
