@@ -125,3 +125,12 @@ def test_dropout_draws_new_masks_on_replay(dev):
 def test_replay_needs_decorator_form():
     with pytest.raises(ValueError, match="needs a function"):
         torch_xla.compile(replay=True)
+
+
+def test_graph_limit_and_full_graph_hold_with_replay(dev):
+    f = torch_xla.compile(lambda x: x * 2 + 1, replay=True, full_graph=True, num_different_graphs_allowed=1)
+    for _ in range(4):
+        x = torch.randn(6)
+        torch.testing.assert_close(f(x.to(dev)).cpu(), x * 2 + 1)
+    with pytest.raises(RuntimeError, match="Maximum number of different graphs allowed per function exceeded: 1"):
+        f(torch.randn(3, device=dev))
