@@ -271,6 +271,8 @@ def capture_step(fn, args):
     return Step.capture(fn, args)
 
 
+# -- dynamo / torch_xla.compile replay (issue 11, branch dyn2) -------------------------
+
 def capture_call(fn, args, kwargs, after_trace=None):
     """torch_xla.compile(replay=True): trace fn(*args, **kwargs) lazily and
     capture the call, tensors it closes over included; -> (call step, result).
@@ -311,6 +313,7 @@ def dynamo_ready():
     frames (done at Dynamo's import; idempotent)."""
     from .lazy import tensor
     tensor.ensure_dynamo_registration()
+
 
 # -- SPMD ----------------------------------------------------------------------------
 
