@@ -21,6 +21,16 @@ _dlpack.install()
 from . import experimental  # noqa: E402,F401  (upstream: torch_xla.experimental is an attribute)
 
 
+def _register_while_loop_hop():
+    # torch._higher_order_ops.while_loop on XLA tensors (it compiles through Dynamo, so
+    # Dynamo is imported by then): the HOP's rule for our tensors lives in fori_loop
+    import importlib
+    importlib.import_module("torch_xla.experimental.fori_loop")
+
+
+_api.on_dynamo_import(_register_while_loop_hop)
+
+
 def device(index=None):
     """The XLA device of this process (`xla:0`); `index` must be None or 0."""
     if index not in (None, 0):
@@ -85,7 +95,7 @@ def step():
 
 
 def compile(f=None, full_graph=False, name=None, max_different_graphs=None,  # noqa: A001
-            custom_compile_options=None, *, num_different_graphs_allowed=None):
+            custom_compile_options=None, *, num_different_graphs_allowed=None, replay=False):
     """Trace `f` lazily and sync once when it returns, so one call is one graph.
 
     Works as a decorator, `torch_xla.compile(fn)`, or as a context manager,
@@ -93,21 +103,86 @@ def compile(f=None, full_graph=False, name=None, max_different_graphs=None,  # n
     an error. `num_different_graphs_allowed` (upstream 2.9 also spells it
     `max_different_graphs`): at most that many different graphs per compiled
     function; one more raises a RuntimeError naming the first op that differs.
-    `custom_compile_options` (XLA flag overrides) are not supported: NotImplementedError."""
+    `custom_compile_options` (XLA flag overrides) are not supported: NotImplementedError.
+
+    `replay=True` (this package only, decorator form): once two traced calls
+    with the same argument signature (tensor shapes and dtypes, values of
+    other arguments) captured the same graph, later calls skip Python: they
+    bind the arguments and the tensors `f` closes over (parameters, optimizer
+    state, gradients it replaces), run the cached executable and write the
+    results back. The contract: `f`'s tensor work depends only on its
+    arguments and on tensors; Python values it reads (a learning rate in a
+    param group, a step counter) are frozen at capture, so pass changing
+    values as arguments. A function that reads a value on the host, uploads
+    data, or leaves new tensors alive that it neither returns nor assigns as
+    gradients is traced every call (PT_XLA_DEBUG_LEVEL=1 says why). Counters
+    `CompiledFnReplayed` / `CompiledFnTraced`."""
     if custom_compile_options:
         set_custom_compile_options(custom_compile_options)
     limit = num_different_graphs_allowed if num_different_graphs_allowed is not None else max_different_graphs
     if name is None and f is not None:
         name = getattr(f, "__name__", None) or str(f)
     if f is None:
+        if replay:
+            raise ValueError("torch_xla.compile(replay=True) needs a function (decorator form)")
         return _CompileContext(full_graph, name, limit)
     ctx = _CompileContext(full_graph, name, limit)
+    if replay:
+        wrapper = _replaying(f, ctx)
+    else:
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            with ctx:
+                return f(*args, **kwargs)
+    wrapper._xla_graphs = ctx.graphs
+    return wrapper
+
+
+def _call_signature(leaves):
+    """What a captured call is keyed by; None when an argument is not hashable."""
+    sig = []
+    for a in leaves:
+        if isinstance(a, torch.Tensor):
+            sig.append((a.shape, a.dtype, a.device.type, a.requires_grad))
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                return None
+            sig.append((type(a), a))
+    return tuple(sig)
+
+
+def _replaying(f, ctx, max_signatures=64):
+    from torch.utils._pytree import tree_flatten
+    calls = {}   # signature -> (last captured call, stable: the same graph twice in a row)
+    counter = _api.metrics.counter
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
+        leaves = tree_flatten((args, kwargs))[0]
+        sig = _call_signature(leaves)
+        entry = calls.get(sig) if sig is not None else None
+        if entry is not None and entry[1]:
+            out = entry[0].replay(leaves)
+            if out is not None:
+                counter("CompiledFnReplayed")
+                return out
+            del calls[sig]   # a tensor it closes over died or changed shape: trace again
+        counter("CompiledFnTraced")
         with ctx:
-            return f(*args, **kwargs)
-    wrapper._xla_graphs = ctx.graphs
+            cs, out = _api.capture_call(f, args, kwargs, after_trace=ctx.check_now)
+        if sig is None:
+            return out
+        prev = calls.pop(sig, None)
+        stable = (cs.replayable and prev is not None and prev[0].replayable
+                  and prev[0].fingerprint == cs.fingerprint)
+        if len(calls) >= max_signatures:
+            calls.pop(next(iter(calls)))
+        calls[sig] = (cs, stable)
+        if not cs.replayable and _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) >= 1:
+            print(f"pt-xla-profiler: torch_xla.compile({ctx.name}) traces every call: {cs.why}")
+        return out
     return wrapper
 
 
@@ -127,6 +202,7 @@ class _CompileContext:
         self.graphs = {}   # graph key -> op lines, of the graphs this function made
 
     def __enter__(self):
+        self._checked = False
         sync()
         self._saved = _api.enter_compile(self.full_graph)  # lazy inside; full_graph: no execution
         return self
@@ -134,10 +210,16 @@ class _CompileContext:
     def __exit__(self, *exc):
         _api.exit_compile(self._saved)
         if exc[0] is None:
-            if self.limit is not None:
+            if self.limit is not None and not self._checked:
                 self._check_limit()
             sync()
         return False
+
+    def check_now(self):
+        """The graph-count check, while the call's graph is still pending (replay)."""
+        if self.limit is not None:
+            self._check_limit()
+        self._checked = True
 
     def _check_limit(self):
         key, lines = _api.op_trace()

@@ -195,6 +195,23 @@ def test_graph_breaks_print_and_item(dev, capsys):
     assert _count("DynamoExtractCompiledGraph") >= 2
 
 
+def test_graph_break_note_names_the_user_line(dev, capsys, monkeypatch):
+    monkeypatch.setenv("PT_XLA_DEBUG_LEVEL", "1")
+    lin = nn.Linear(4, 4).to(dev)
+
+    def fn(x):
+        h = lin(x)
+        n = int(h.abs().sum().item() > 0)   # a host read: Dynamo breaks the graph here
+        return h * (n + 1)
+
+    x = torch.randn(2, 4)
+    out = torch.compile(fn, backend="openxla_eval")(x.to(dev))
+    torch.testing.assert_close(out.cpu(), fn(x.to(dev)).cpu())
+    text = capsys.readouterr().out
+    assert "TorchDynamo graph break at" in text and "test_openxla_backend.py" in text
+    assert _count("DynamoGraphBreak") >= 1
+
+
 def test_inplace_buffer_update_batchnorm(dev):
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
@@ -225,3 +242,37 @@ def test_dropout_draws_new_masks_like_lazy(dev):
     assert _count("DynamoReplayedGraph") == 2
     for d, lz in zip(dyn, lazy):
         torch.testing.assert_close(d, lz)
+
+
+def test_skip_input_data_check_refuses_pending_inputs(dev):
+    from torch_xla._dynamo import config
+    f = torch.compile(lambda a: a.cos().sin(), backend="openxla")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(f(x.to(dev)).cpu(), x.cos().sin())
+    config.skip_input_data_check = True
+    try:
+        y = x.to(dev)
+        torch.testing.assert_close(f(y).cpu(), x.cos().sin())   # device data: replays
+        with pytest.raises(RuntimeError, match="can not be a pending ir"):
+            f(y + 5)
+    finally:
+        config.skip_input_data_check = False
+
+
+def test_none_remover_round_trip():
+    from torch_xla._dynamo.dynamo_bridge import NoneRemover
+    r = NoneRemover()
+    assert r.remove_nones(("a", None, "b", None)) == ("a", "b") and r.none_poslist == [1, 3]
+    out = ["a", "b"]
+    r.add_nones(out)
+    assert out == ["a", None, "b", None]
+
+
+def test_xla_tensor_class_pays_nothing_for_dynamo(dev):
+    # Dynamo knows XLA tensors through its builder's type table, not through a class
+    # hook that every tensor creation would call
+    from torch._dynamo.variables.builder import VariableBuilder
+    cls = type(torch.ones(1, device=dev))
+    assert type(cls) is type(torch.Tensor)
+    assert cls in VariableBuilder._type_dispatch_impl(False)
+    assert cls in VariableBuilder._type_dispatch_impl(True)

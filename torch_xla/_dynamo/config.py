@@ -1,6 +1,6 @@
 """Switches of the dynamo bridge (upstream's names)."""
 
-# upstream: skip checking that inputs are device data before a replay. Here a
-# replay always reads each input's current device array (pending inputs run
-# first), so the switch changes nothing; kept for scripts that set it.
+# upstream: skip syncing the inputs before a replay. Set, a replayed graph takes
+# its inputs as they are and an input still pending IR is a RuntimeError;
+# unset, pending inputs run first (one graph).
 skip_input_data_check = False

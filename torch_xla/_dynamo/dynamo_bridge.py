@@ -33,20 +33,59 @@ _metrics = _api.metrics
 
 
 def _signature(args):
+    """What a captured graph is keyed by besides Dynamo's own guards (which
+    already pin each tensor's dtype and device): tensor shapes (a dynamic
+    dimension may change) and the values of other inputs (symbolic sizes)."""
     sig = []
+    tensor = torch.Tensor
     for a in args:
-        if isinstance(a, torch.Tensor):
-            sig.append((tuple(a.shape), a.dtype, a.device.type))
+        if isinstance(a, tensor):
+            sig.append(a.shape)
         else:
-            sig.append(("v", type(a), a if isinstance(a, (int, float, bool)) else id(a)))
+            sig.append((type(a), a if isinstance(a, (int, float, bool)) else id(a)))
     return tuple(sig)
-
 
 
 def _flatten(out):
     if isinstance(out, (list, tuple)):
         return list(out), type(out)
     return [out], None
+
+
+class NoneRemover:
+    """Takes the Nones out of a graph's outputs and puts them back (upstream's
+    helper, kept for scripts that use it). `remove_nones` edits a list in
+    place (and returns it) or returns a new tuple; `none_poslist` holds the
+    positions the Nones had; `add_nones` restores them the same way."""
+
+    def __init__(self):
+        self.none_poslist = []
+
+    def remove_nones(self, values):
+        self.none_poslist = [i for i, v in enumerate(values) if v is None]
+        kept = [v for v in values if v is not None]
+        if isinstance(values, list):
+            values[:] = kept
+            return values
+        return tuple(kept)
+
+    def add_nones(self, values):
+        out = list(values)
+        for i in self.none_poslist:
+            out.insert(i, None)
+        if isinstance(values, list):
+            values[:] = out
+            return values
+        return tuple(out)
+
+
+def _refuse_pending_inputs(args):
+    """config.skip_input_data_check: a replay takes its inputs as they are, so an
+    input still pending IR is an error (upstream's message)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and _api.is_xla_tensor(a) and _api.has_pending_ir(a):
+            raise RuntimeError("input data to dynamo graph can not be a pending ir "
+                               f"(a tensor of shape {tuple(a.shape)}; config.skip_input_data_check is set)")
 
 
 class CompiledGraph:
@@ -69,6 +108,8 @@ class CompiledGraph:
         if entry is not None:
             step, kind = entry
             if step.replayable:
+                if config.skip_input_data_check:
+                    _refuse_pending_inputs(args)
                 _metrics.counter("DynamoReplayedGraph")
                 outs = step.run(args)
                 return self._rebuild(step, kind, outs)
@@ -105,10 +146,36 @@ class CompiledGraph:
         return self._pack(flat, kind)
 
 
+_breaks_seen = [0]
+
+
+def _note_graph_breaks():
+    """Count (and with PT_XLA_DEBUG_LEVEL >= 1 print, with the user's line) the
+    graph breaks Dynamo recorded since the last compiled graph. The code of a
+    break runs as ordinary Python, i.e. through lazy tracing."""
+    from torch._dynamo.utils import graph_break_reasons as reasons
+    if len(reasons) < _breaks_seen[0]:   # torch._dynamo.reset() cleared them
+        _breaks_seen[0] = 0
+    new = reasons[_breaks_seen[0]:]
+    _breaks_seen[0] = len(reasons)
+    if not new:
+        return
+    _metrics.counter("DynamoGraphBreak", len(new))
+    if _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) < 1:
+        return
+    for r in new:
+        frame = r.user_stack[-1] if r.user_stack else None
+        where = f"{frame.filename}:{frame.lineno}" if frame is not None else "an unknown line"
+        text = " ".join(str(r.reason).split())
+        print(f"pt-xla-profiler: TorchDynamo graph break at {where}: {text[:300]}; "
+              "the code there runs through lazy tracing between the compiled graphs")
+
+
 def extract_compiled_graph(xla_model, xla_args):
     """What torch's openxla backends call: -> a callable running the FX graph
     `xla_model` on XLA tensors (the first call is `xla_args`)."""
     _metrics.counter("DynamoExtractCompiledGraph")
+    _note_graph_breaks()
     _api.dynamo_ready()
     for a in xla_args:
         if isinstance(a, torch.Tensor) and a.device.type != "xla":
@@ -123,5 +190,5 @@ def is_xla_tensor(t):
     return isinstance(t, torch.Tensor) and t.device.type == "xla"
 
 
-__all__ = ["extract_compiled_graph", "CompiledGraph", "is_xla_tensor"]
+__all__ = ["extract_compiled_graph", "CompiledGraph", "NoneRemover", "is_xla_tensor"]
 _ = torch_xla

@@ -271,6 +271,29 @@ def capture_step(fn, args):
     return Step.capture(fn, args)
 
 
+# -- dynamo / torch_xla.compile replay (issue 11, branch dyn2) -------------------------
+
+def capture_call(fn, args, kwargs, after_trace=None):
+    """torch_xla.compile(replay=True): trace fn(*args, **kwargs) lazily and
+    capture the call, tensors it closes over included; -> (call step, result).
+    `step.replayable`, `step.why`, `step.fingerprint`, `step.replay(flat args)`."""
+    from .lazy.replay import capture_call as _capture_call
+    return _capture_call(fn, args, kwargs, after_trace)
+
+
+def has_pending_ir(t):
+    """True when XLA tensor t's value (its base's, for a view) is still pending IR."""
+    b = t if t._xb is None else t._xb
+    return b._v[0].kind == _node.OP
+
+
+def on_dynamo_import(hook):
+    """Run hook() once torch._dynamo is imported (at once if it is already):
+    pieces that only matter under Dynamo register without an import of their own."""
+    from .lazy import tensor
+    tensor.on_dynamo_import(hook)
+
+
 def tensor_debug_info(t):
     """Upstream's `_get_xla_tensor_debug_info` text: 'XLAData: None' while the
     tensor's value is pending IR, the device data's shape once it is computed."""
@@ -286,10 +309,12 @@ def tensor_debug_info(t):
 
 
 def dynamo_ready():
-    """Keep TorchDynamo out of torch_xla's and JAX's frames (idempotent)."""
+    """Make sure Dynamo knows XLA tensors and skips torch_xla's and JAX's
+    frames (done at Dynamo's import; idempotent)."""
     from .lazy import tensor
-    if not tensor._skipped:
-        tensor._skip_engine()
+    tensor.ensure_dynamo_registration()
+
+
 # -- SPMD ----------------------------------------------------------------------------
 
 def use_spmd():

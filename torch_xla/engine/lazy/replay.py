@@ -21,6 +21,7 @@ masks every step exactly as the lazy path does.
 """
 import collections
 import time
+import weakref
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ def _base(t):
 class Step:
     """One captured graph: outputs and in-place writes of a function of tensors."""
     __slots__ = ("graph", "exe", "param_src", "n_mut", "mut_index", "out_avals", "mut_avals",
-                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra")
+                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra", "pools")
 
     @classmethod
     def capture(cls, fn, args):
@@ -59,6 +60,7 @@ class Step:
         computed now (through the step's executable when it is replayable)."""
         from . import executor
         st = cls()
+        st.pools = None
         tensors = [(i, _base(a)) for i, a in enumerate(args) if isinstance(a, tensor.XLATensor)]
         views = [i for i, b in tensors if b is None]
         bases = {}
@@ -105,17 +107,7 @@ class Step:
         for p in g.params:
             i = by_data.get(id(p))
             src.append(i if i is not None else p.data)  # an index, or a constant array
-        # seeds the trace took, in order
-        seeds = []
-        s = seed0
-        while s != _random.rng.seed and len(seeds) < 1 << 16:
-            seeds.append(s)
-            s = _random._advance(s)
-        seed_pos = {v: k for k, v in enumerate(seeds)}
-        st.scalar_vals = [x.data for x in g.scalars]
-        st.seed_slots = [(j, seed_pos[x.data]) for j, x in enumerate(g.scalars)
-                         if type(x.data) is int and x.data in seed_pos]
-        st.n_seeds = len(seeds)
+        seeds = st._take_scalars(g, seed0)
         st.graph = g
         st.exe = None
         st.param_src = src
@@ -133,6 +125,21 @@ class Step:
         it = iter(results)
         return st, [next(it) if isinstance(o, tensor.XLATensor) else o for o in outs]
 
+    def _take_scalars(self, g, seed0):
+        """Record g's scalar leaves and which of them hold the seeds the trace
+        took from the device generator since `seed0`; -> those seeds."""
+        seeds = []
+        s = seed0
+        while s != _random.rng.seed and len(seeds) < 1 << 16:
+            seeds.append(s)
+            s = _random._advance(s)
+        seed_pos = {v: k for k, v in enumerate(seeds)}
+        self.scalar_vals = [x.data for x in g.scalars]
+        self.seed_slots = [(j, seed_pos[x.data]) for j, x in enumerate(g.scalars)
+                           if type(x.data) is int and x.data in seed_pos]
+        self.n_seeds = len(seeds)
+        return seeds
+
     def _pools(self, seeds):
         vals = self.scalar_vals
         if self.seed_slots:
@@ -144,6 +151,50 @@ class Step:
             by[x.entry].append(v)
         return [np.asarray(by[p], dtype=p) for p in sorted(by)]
 
+    def _bind(self, args):
+        """The executable's inputs when every argument is device data (the
+        usual case); None otherwise."""
+        inputs = []
+        data = ir.DATA
+        for s in self.param_src:
+            if type(s) is int:
+                a = args[s]
+                if a._xb is not None:
+                    if a._chain:
+                        return None
+                    a = a._xb
+                v = a._v[0]
+                if v.kind != data or v.data is None:
+                    return None
+                inputs.append(v.data)
+            else:
+                inputs.append(s)
+        return inputs
+
+    def _bind_slow(self, args, executor, device_array):
+        pend = []
+        for s in self.param_src:
+            if type(s) is int:
+                a = _base(args[s])
+                if a is not None and a._v[0].kind == ir.OP:
+                    pend.append(a)
+        if pend:
+            # inputs still pending IR run first, together, as one graph
+            metrics.counter("DynamoSyncInputExecuteTime")
+            executor.sync(pend, reason="dynamo inputs")
+        inputs = []
+        for s in self.param_src:
+            if type(s) is int:
+                a = _base(args[s])
+                if a is None:   # a view: its current value
+                    inputs.append(device_array(args[s]))
+                    continue
+                v = a._v[0]
+                inputs.append(v.data if v.kind == ir.DATA and v.data is not None else device_array(a))
+            else:
+                inputs.append(s)
+        return inputs
+
     def run(self, args, _seeds=None):
         """Replay on new arguments (same avals as the capture); -> the output
         tensors (new bases). Arguments written in place get their new data."""
@@ -152,26 +203,15 @@ class Step:
         traced = _seeds is not None   # the capture's own run: observers count its ops once
         if _seeds is None:
             _seeds = [_random._take_seed() for _ in range(self.n_seeds)]
-        inputs = []
-        pend = None
-        for s in self.param_src:
-            if type(s) is int:
-                a = _base(args[s])
-                if a._v[0].kind == ir.OP:
-                    pend = [] if pend is None else pend
-                    pend.append(a)
-        if pend:
-            # inputs still pending IR run first, together, as one graph
-            metrics.counter("DynamoSyncInputExecuteTime")
-            executor.sync(pend, reason="dynamo inputs")
-        for s in self.param_src:
-            if type(s) is int:
-                a = _base(args[s])
-                v = a._v[0]
-                inputs.append(v.data if v.kind == ir.DATA and v.data is not None else device_array(a))
-            else:
-                inputs.append(s)
-        inputs += self._pools(_seeds)
+        inputs = self._bind(args)
+        if inputs is None:
+            inputs = self._bind_slow(args, executor, device_array)
+        if self.n_seeds:
+            inputs += self._pools(_seeds)
+        else:   # no random op: the scalar pools never change
+            if self.pools is None:
+                self.pools = self._pools(_seeds)
+            inputs += self.pools
         g = self.graph
         with cache.lock:
             exe = self.exe
@@ -199,3 +239,212 @@ class Step:
             t._last_data = None
         return [tensor.new_base((ir.data_node(arr, *aval), 0), aval)
                 for aval, arr in zip(self.out_avals, outs[self.n_mut:])]
+
+
+# -- torch_xla.compile(fn, replay=True): a call that may touch tensors it closes over --
+
+class CallStep:
+    """One captured call of a compiled function. Unlike `Step`, the function
+    may read and write tensors it does not take as arguments (a model's
+    parameters, the optimizer's state, gradients it replaces): they are found
+    by their data leaves at capture and held weakly. `replay` runs the call's
+    executable on the current arguments and those tensors."""
+    __slots__ = ("step", "arg_pos", "holders", "holder_avals", "news_out", "grad_slots",
+                 "out_spec", "out_fixed", "n_out", "replayable", "why", "fingerprint")
+
+    def replay(self, leaves):
+        """-> the call's result, or None when a tensor it closes over is gone or
+        changed shape (the caller traces again)."""
+        combined = [leaves[i] for i in self.arg_pos]
+        for a in combined:
+            if type(a) is not tensor.XLATensor or (a._xb is not None and a._chain):
+                return None   # a view or a CPU tensor now: the capture assumed a base
+        for r, aval in zip(self.holders, self.holder_avals):
+            t = r()
+            if t is None or t._xb is not None or t._aval != aval:
+                return None
+            combined.append(t)
+        news = self.step.run(combined)
+        for p, k in self.grad_slots:
+            p.grad = None if k is None else news[k]
+        return self._result(news)
+
+    def _result(self, news):
+        from torch.utils._pytree import tree_unflatten
+        flat = [None] * self.n_out
+        for k, v in self.out_fixed.items():
+            flat[k] = v
+        for k, j in self.news_out:
+            flat[k] = news[j]
+        return tree_unflatten(flat, self.out_spec)
+
+
+def _live_tensors():
+    """Every live XLA tensor (one walk of the collector's objects: capture only)."""
+    import gc
+    xt = tensor.XLATensor
+    return [o for o in gc.get_objects() if type(o) is xt]
+
+
+def capture_call(fn, args, kwargs, after_trace=None):
+    """Run fn(*args, **kwargs) lazily (inside torch_xla.compile's region) and
+    capture it; -> (CallStep, result). The result is computed through the
+    step's executable when the step is replayable; otherwise it is left
+    pending for the caller's sync. `after_trace()` runs once fn has returned,
+    with its graph still pending (torch_xla.compile's graph-count limit)."""
+    from torch.utils._pytree import tree_flatten
+    leaves = tree_flatten((args, kwargs))[0]
+    cs = CallStep()
+    cs.replayable = False
+    cs.why = None
+    olds = {}     # id(base) -> (base, value before the call)
+    by_data = {}  # id(data node) -> base holding it
+    grads = []    # (leaf tensor that wants a gradient, its .grad before the call)
+    for t in _live_tensors():
+        if t.requires_grad and t.grad_fn is None:
+            grads.append((t, t.grad))   # parameters are often whole-tensor views of a base
+        if t._xb is None:
+            olds[id(t)] = (t, t._v)
+            if t._v[0].kind == ir.DATA:
+                by_data.setdefault(id(t._v[0]), t)
+    seed0 = _random.rng.seed
+    n_exec = _executions()
+    out = fn(*args, **kwargs)
+    if after_trace is not None:
+        after_trace()
+    out_leaves, cs.out_spec = tree_flatten(out)
+    cs.n_out = len(out_leaves)
+    why = None
+    if _executions() != n_exec:
+        why = "the function executed a graph while tracing (a host read, a CPU fallback or a mark_step)"
+    arg_pos = {}
+    for i, a in enumerate(leaves):
+        if isinstance(a, torch.Tensor):
+            if type(a) is not tensor.XLATensor:
+                why = why or "an argument is not on the XLA device"
+            elif _base(a) is None:
+                why = why or "an argument is a view"
+            else:
+                arg_pos.setdefault(id(_base(a)), i)
+    news, new_ids, news_out, fixed, with_history = [], {}, [], {}, []
+    for k, o in enumerate(out_leaves):
+        if not isinstance(o, torch.Tensor):
+            fixed[k] = o
+        elif type(o) is not tensor.XLATensor or o._xb is not None or id(o) in olds:
+            why = why or "it returns a view, a CPU tensor or a tensor that existed before the call"
+        else:
+            if o.requires_grad:
+                with_history.append(o)
+            if id(o) not in new_ids:
+                new_ids[id(o)] = len(news)
+                news.append(o)
+            news_out.append((k, new_ids[id(o)]))
+    grad_slots, grad_bases = [], set()
+    for p, g0 in grads:
+        g1 = p.grad
+        if g1 is g0:
+            continue
+        if g1 is None:
+            grad_slots.append((p, None))
+        elif type(g1) is tensor.XLATensor and id(g1) not in olds and (g1._xb is None or id(g1._xb) not in olds):
+            # a new gradient (often a view of a new base, e.g. mm's transposed output):
+            # a replay computes its value and assigns a new base tensor holding it
+            if g1._xb is not None:
+                grad_bases.add(id(g1._xb))
+            if id(g1) not in new_ids:
+                new_ids[id(g1)] = len(news)
+                news.append(g1)
+            grad_slots.append((p, new_ids[id(g1)]))
+        else:
+            why = why or "it sets a gradient to a tensor that existed before the call"
+    # in the order of their first write (the collector's order changes between
+    # calls; the graph's key depends on its roots' order)
+    changed = {id(t): t for t, v in olds.values() if t._v is not v}
+    mutated = []
+    for r in tensor.pending:
+        t = r()
+        if t is not None and changed.pop(id(t), None) is not None:
+            mutated.append(t)
+    mutated += changed.values()   # written without becoming pending (`.data = ` another tensor)
+    old_grads = {id(g0) for _, g0 in grads if g0 is not None}
+    if with_history and not grad_slots and not any(id(t) in old_grads for t in mutated):
+        # no backward ran inside: the caller may still differentiate the result
+        why = why or "it returns a tensor with autograd history and runs no backward"
+    for r in tensor.pending:
+        t = r()
+        if (t is not None and t._xb is None and t._v[0].kind == ir.OP
+                and id(t) not in olds and id(t) not in new_ids and id(t) not in grad_bases):
+            why = why or (f"it leaves a new tensor {list(t.shape)} alive that it neither returns nor "
+                          "assigns as a gradient (state made on a first call, or a saved autograd value)")
+    if why is not None:
+        cs.why = why
+        return cs, out
+    roots = [t._v for t in mutated] + [t._v if t._xb is None else view_value(t) for t in news]
+    g = Graph.capture(roots)
+    holders, hpos = [], {}
+
+    def position(t):
+        i = arg_pos.get(id(t))
+        if i is not None:
+            return ("a", i)
+        if id(t) not in hpos:
+            hpos[id(t)] = len(holders)
+            holders.append(t)
+        return ("h", hpos[id(t)])
+
+    src = []
+    for p in g.params:
+        t = by_data.get(id(p))
+        if t is None:
+            cs.why = "the function uploads host data (a tensor made from Python values inside it)"
+            return cs, out
+        src.append(position(t))
+    mut = [position(t) for t in mutated]
+    # combined inputs of a replay: the argument tensors, then the held tensors
+    arg_list = sorted({i for k, i in src + mut if k == "a"})
+    apos = {i: n for n, i in enumerate(arg_list)}
+
+    def index(pos):
+        return apos[pos[1]] if pos[0] == "a" else len(arg_list) + pos[1]
+
+    st = Step()
+    st.pools = None
+    seeds = st._take_scalars(g, seed0)
+    st.graph = g
+    st.exe = None
+    st.param_src = [index(x) for x in src]
+    st.n_mut = len(mutated)
+    st.mut_index = [index(x) for x in mut]
+    st.mut_avals = [t._aval for t in mutated]
+    st.out_avals = [(tuple(t.shape), t.dtype) if t._xb is not None else t._aval for t in news]
+    st.replayable = True
+    st.why = None
+    st.extra = None
+    cs.step = st
+    cs.arg_pos = arg_list
+    cs.holders = [weakref.ref(t) for t in holders]
+    cs.holder_avals = [t._aval for t in holders]
+    cs.news_out = news_out
+    cs.grad_slots = grad_slots
+    cs.out_fixed = fixed
+    cs.replayable = True
+    seed_set = {j for j, _ in st.seed_slots}
+    cs.fingerprint = (g.key, tuple(v for j, v in enumerate(st.scalar_vals) if j not in seed_set),
+                      tuple(arg_list), tuple(id(t) for t in holders),
+                      tuple((id(p), k) for p, k in grad_slots), tuple(news_out), cs.out_spec,
+                      tuple(sorted((k, repr(v)) for k, v in fixed.items())))
+    # undo the trace's writes and run the executable: the values come from it
+    saved = {id(t): olds[id(t)][1] for t in mutated}
+    for t in mutated:
+        t._v = saved[id(t)]
+        t._gen += 1
+    combined = [leaves[i] for i in arg_list] + holders
+    results = st.run(combined, _seeds=seeds)
+    for t, r in zip(news, results):
+        if t._xb is None:
+            t._v = r._v
+            t._gen += 1
+    for p, k in grad_slots:
+        if k is not None and news[k]._xb is not None:
+            p.grad = results[k]
+    return cs, out

@@ -6,7 +6,7 @@ executed, an op node while pending. A view holds `_base` (its root base) and
 base whenever the base has changed since (see views.py). `_gen` counts a
 base's mutations.
 """
-import os
+import importlib.machinery
 import sys
 import weakref
 
@@ -15,77 +15,92 @@ import torch
 from . import autograd_errors, mode, tracing
 
 _DEVICE = None  # torch.device("xla", 0), set once PrivateUse1 is renamed (device.register)
-_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
 
 
-class _XLATensorMeta(type(torch.Tensor)):
-    """XLATensor's metaclass. TorchDynamo traces a tensor whose class keeps
-    torch.Tensor's `__torch_dispatch__` and treats any other subclass as an
-    opaque object. Once torch._dynamo is imported, the class answers
-    `__torch_dispatch__` with torch.Tensor's while Dynamo traces (a
-    TracingContext is active) and the one asking is Dynamo's own code, so
-    Dynamo records XLA tensors as tensors on the `xla` device (their ops run on fake tensors); at any other time the real
-    dispatcher is returned. Until then the metaclass adds nothing: lazy
-    tracing of a program that never imports Dynamo pays no lookup."""
+def _register_with_dynamo():
+    """torch._dynamo has just been imported. Dynamo traces a tensor whose exact
+    type is in its builder's type table (torch.Tensor, Parameter, ...) and
+    treats a subclass with its own `__torch_dispatch__` as an opaque object.
+    XLATensor joins that table, so Dynamo records XLA tensors as tensors on
+    the `xla` device (their ops run on fake tensors) while the class keeps its
+    real dispatcher: plain lazy tracing pays nothing for Dynamo (a metaclass
+    hook that answered Dynamo's class check cost ~1.2 us per tensor made, and
+    torch imports Dynamo on the first op anyway). Dynamo is also kept out of
+    the engine's and JAX's frames: a sync or an op handler reached from
+    compiled code runs as Python."""
+    # runs inside the import of torch._dynamo: an error here must not break that import
+    try:
+        from torch._dynamo import trace_rules
+        from torch._dynamo.variables.builder import VariableBuilder
+        for trace_numpy in (False, True):
+            table = VariableBuilder._type_dispatch_impl(trace_numpy)
+            table[XLATensor] = table[torch.Tensor]
+        for name in ("torch_xla", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
+            trace_rules.add(name)
+    except Exception as e:  # noqa: BLE001 - another torch version's internals
+        import warnings
+        warnings.warn(f"torch_xla: could not register XLA tensors with TorchDynamo ({e!r}); "
+                      "torch.compile will not trace them", RuntimeWarning)
+    _dynamo_registered.append(True)
+    for hook in _dynamo_hooks:
+        _run_hook(hook)
 
 
-def _getattribute_under_dynamo(cls, name):
-    if (name == "__torch_dispatch__" and getattr(_tls[0], "tracing_context", None) is not None
-            and _DYNAMO_DIR in sys._getframe(1).f_code.co_filename):
-        # Dynamo's own check (variables/builder.py); PyTorch's C++ (making a tensor,
-        # dispatching an op, e.g. a fake-tensor fallback running on real XLA tensors)
-        # is called from other frames and gets the real dispatcher
-        if not _skipped:
-            _skip_engine()
-        return _PLAIN_DISPATCH
-    return type.__getattribute__(cls, name)
+def _run_hook(hook):
+    try:
+        hook()
+    except Exception as e:  # noqa: BLE001
+        import warnings
+        warnings.warn(f"torch_xla: a TorchDynamo set-up step failed: {e!r}", RuntimeWarning)
 
 
-_tls = [None]
-_DYNAMO_DIR = os.path.join("torch", "_dynamo", "")
+_dynamo_registered = []
+_dynamo_hooks = []   # run once Dynamo is imported (api.on_dynamo_import)
 
 
-def _dynamo_imported():
-    """torch._dynamo is being imported: switch the class lookup on, and keep
-    Dynamo out of the engine's own frames (they always run as Python)."""
-    if _tls[0] is not None:
-        return
-    import torch._guards as guards
-    _tls[0] = guards._TLS
-    _XLATensorMeta.__getattribute__ = _getattribute_under_dynamo
+def on_dynamo_import(hook):
+    """Run hook() once torch._dynamo has been imported (now, if it has)."""
+    if _dynamo_registered:
+        _run_hook(hook)
+    else:
+        _dynamo_hooks.append(hook)
 
 
 class _DynamoImportWatch:
-    """A sys.meta_path entry that only notices the import of torch._dynamo
-    (and finds nothing itself)."""
+    """A sys.meta_path entry that runs `_register_with_dynamo` right after
+    torch._dynamo finishes importing (it finds the module through the normal
+    path finder and wraps only that module's loader)."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name == "torch._dynamo":
-            sys.meta_path.remove(_DynamoImportWatch)
-            _dynamo_imported()
-        return None
+        if name != "torch._dynamo":
+            return None
+        sys.meta_path.remove(_DynamoImportWatch)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            _registration_pending.append(True)   # unusual install: register at first compile
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _register_with_dynamo()
+
+        spec.loader.exec_module = exec_module   # this spec's own loader object
+        return spec
 
 
-def _skip_engine():
-    """Dynamo must not trace torch_xla's own frames, nor JAX's that they call
-    (a sync or an op handler reached from compiled code runs as Python)."""
-    _skipped.append(True)
-    from torch._dynamo import trace_rules
-    for name in ("torch_xla", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
-        trace_rules.add(name)
+_registration_pending = []
 
 
-_skipped = []
+def ensure_dynamo_registration():
+    """Register with Dynamo now if the import watch could not (idempotent)."""
+    if _registration_pending and "torch._dynamo" in sys.modules:
+        _registration_pending.clear()
+        _register_with_dynamo()
 
 
-if "torch._dynamo" in sys.modules:
-    _dynamo_imported()
-else:
-    sys.meta_path.insert(0, _DynamoImportWatch)
-
-
-class XLATensor(torch.Tensor, metaclass=_XLATensorMeta):
+class XLATensor(torch.Tensor):
     # Python-level torch functions go straight to C++; all the work is in dispatch.
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -169,7 +184,7 @@ class XLATensor(torch.Tensor, metaclass=_XLATensorMeta):
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         # AOTAutograd (torch.compile training) checks a tangent's class against the
-        # plain torch.Tensor it traced with (see _XLATensorMeta): an XLA tensor is one
+        # plain torch.Tensor it traced with (see _register_with_dynamo): an XLA tensor is one
         return self
 
     def __deepcopy__(self, memo):
@@ -215,6 +230,11 @@ def new_view(base, chain, aval, v, gen, geom=None):
 
 
 tracing._XLATensor = XLATensor
+
+if "torch._dynamo" in sys.modules:
+    _register_with_dynamo()
+else:
+    sys.meta_path.insert(0, _DynamoImportWatch)
 
 
 def _export_array(t):
