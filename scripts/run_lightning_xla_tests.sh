@@ -42,7 +42,10 @@ for tier in $TIERS; do
     else
         envs=(env -u PJRT_DEVICE -u CPU_NUM_DEVICES -u PL_RUN_TPU_TESTS)
     fi
-    (cd "$WORK" && timeout --kill-after=30 "${TIER_TIMEOUT:-3600}" "${envs[@]}" "$PY" -m pytest -q -p no:cacheprovider \
+    # one stuck case must not take the tier with it: pytest-timeout bounds each case when present
+    per_case=()
+    "$PY" -c "import pytest_timeout" 2>/dev/null && per_case=(--timeout "${CASE_TIMEOUT:-600}")
+    (cd "$WORK" && timeout --kill-after=30 "${TIER_TIMEOUT:-3600}" "${envs[@]}" "$PY" -m pytest -q -p no:cacheprovider "${per_case[@]}" \
         --junitxml="$OUT_DIR/$tier.xml" $cases > "$OUT_DIR/$tier.log" 2>&1)
     echo "   pytest exit $? (log: $OUT_DIR/$tier.log)"
     rm -f "$OUT_DIR/$tier".standalone-*.xml
