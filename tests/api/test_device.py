@@ -223,6 +223,8 @@ def test_memory_info(dev):
     info = xm.get_memory_info(dev)
     assert set(info) >= {"bytes_used", "bytes_limit"}
     assert info["bytes_limit"] > 0
+    # the older keys Lightning's DeviceStatsMonitor reads
+    assert info["kb_total"] == info["bytes_limit"] // 1024 and 0 <= info["kb_free"] <= info["kb_total"]
 
 
 def test_xm_save_cleans_temporary_files(tmp_path, dev):

@@ -413,3 +413,13 @@ def test_a_second_job_on_a_busy_port_fails_fast_and_leaves_the_first_alone():
         if first.poll() is None:
             first.kill()
             first.wait()
+
+
+def test_fork_after_the_runtime_is_up_starts_fresh_processes(tmp_path):
+    """Forking a process whose JAX runtime runs can hang a replica (locks held by
+    threads that do not exist in the child): the launcher starts fresh ones."""
+    out = tmp_path / "fork"
+    rc, log, secs = _run([os.path.join(HERE, "fork_after_init_worker.py"), str(out)], timeout=180, CPU_NUM_DEVICES=2)
+    assert rc == 0, log[-4000:]
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"fork.{rank}").read_text()) == [3.0, 3.0]

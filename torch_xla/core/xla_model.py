@@ -143,7 +143,15 @@ def optimization_barrier_(tensors):
 # -- memory ------------------------------------------------------------------
 
 def get_memory_info(device=None):
-    """{'bytes_used', 'bytes_limit', 'peak_bytes_used'} of the device (0 where unknown)."""
+    """{'bytes_used', 'bytes_limit', 'peak_bytes_used'} of the device (0 where unknown),
+    plus the older 'kb_free' / 'kb_total' that Lightning's DeviceStatsMonitor still reads."""
+    info = _memory_info()
+    info["kb_total"] = info["bytes_limit"] // 1024
+    info["kb_free"] = max(info["bytes_limit"] - info["bytes_used"], 0) // 1024
+    return info
+
+
+def _memory_info():
     stats = {}
     try:
         stats = _api.memory_stats()

@@ -16,6 +16,7 @@ The launchers keep their connection open: a failure on one host stops all.
 import json
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -474,6 +475,7 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
         coordinator = f"{master}:{port or distributed_init.free_port(master)}"
     world = sum(layout)
     offset = sum(layout[:host_index])
+    requested, start_method = start_method, _fork_safe(start_method)
     _announce(device_type(), local, world, len(layout), host_index, coordinator)
     ctx = multiprocessing.get_context(start_method)
     procs, conns = {}, {}
@@ -495,7 +497,16 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
             parent_end, child_end = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_replica_main, args=(fn, args, env, child_end, os.getpid()),
                             daemon=daemon, name=f"xla-replica-{offset + local_rank}")
-            p.start()
+            try:
+                p.start()
+            except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as e:
+                if start_method == requested or requested != "fork":
+                    raise
+                raise RuntimeError(
+                    "torch_xla: the XLA runtime is already initialized in this process, so replicas cannot be "
+                    "forked from it safely (they could hang), and the function or its arguments do not "
+                    f"pickle for a fresh process ({type(e).__name__}: {e}). Start the replicas before using "
+                    "the XLA device in the launching process.") from e
             child_end.close()
             procs[offset + local_rank] = p
             conns[offset + local_rank] = parent_end
@@ -506,6 +517,16 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
         os.environ.clear()
         os.environ.update(saved)
     return Job(procs, conns, link)
+
+
+def _fork_safe(start_method):
+    """A forked replica inherits this process's JAX runtime mid-use (its threads
+    gone, their locks possibly held): once the device is up here, fork can hang a
+    replica. Start fresh processes instead when fn and args pickle; otherwise
+    say so rather than hang."""
+    if start_method != "fork" or not _api.is_initialized():
+        return start_method
+    return "spawn"   # start() turns a failure to pickle fn or args into a clear error
 
 
 def _announce(device, local, world, hosts, host_index, coordinator):

@@ -1,0 +1,134 @@
+"""Mixed precision and scan_layers, measured side by side in one run.
+
+    python benchmarks/bench_precision.py [--quick]
+
+1. The small GPT's training step (AdamW) in fp32 and under bf16 autocast, on
+   torch_xla and on eager CPU, with the bf16/fp32 ratio of each.
+2. Compile time of a stack of identical transformer layers, unrolled against
+   `torch_xla.experimental.scan_layers` (one loop body), at 8 and 32 layers:
+   time from a fresh graph to its first result (forward and backward), each
+   point in a fresh process after a warm-up compile.
+
+On XLA:CPU bf16 is emulated (converted around each op), so bf16 is not expected
+to be faster here; on a GPU or TPU it is. The scan figure is the one that
+carries over between platforms.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def _gpt_step(on_xla, bf16, steps, batch=8):
+    import torch
+    from _models import torch_gpt
+    model, idx, tgt, loss_fn = torch_gpt(batch)
+    if on_xla:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        dev = torch_xla.device()
+        model, idx, tgt = model.to(dev), idx.to(dev), tgt.to(dev)
+        kind, barrier, sync = "xla", xm.mark_step, xm.wait_device_ops
+    else:
+        kind, barrier, sync = "cpu", (lambda: None), (lambda: None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(kind, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(idx), tgt)
+        loss.backward()
+        opt.step()
+        barrier()
+
+    for _ in range(3):
+        step()
+    sync()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times)
+
+
+def _stack_compile(layers, use_scan, d=128, seq=64, batch=4):
+    import torch
+    import torch.nn as nn
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    from torch_xla.experimental.scan_layers import scan_layers
+    dev = torch_xla.device()
+    warm = torch.ones(8, device=dev)
+    (warm * 2).sum().item()
+    torch.manual_seed(0)
+    stack = nn.ModuleList(nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
+                          for _ in range(layers)).to(dev)
+    x = torch.randn(batch, seq, d).to(dev)
+    xm.mark_step()
+    xm.wait_device_ops()
+    t0 = time.perf_counter()
+    if use_scan:
+        h = scan_layers(stack, x)
+    else:
+        h = x
+        for layer in stack:
+            h = layer(h)
+    h.pow(2).mean().backward()
+    grads = [p.grad for p in stack.parameters()]
+    xm.mark_step()
+    torch_xla.sync()
+    xm.wait_device_ops()
+    assert all(g is not None for g in grads)
+    return time.perf_counter() - t0
+
+
+def _in_process(kind, *args):
+    cmd = [sys.executable, os.path.abspath(__file__), "--point", json.dumps([kind, *args])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"{kind}{args}: " + out.stderr[-2000:])
+    return json.loads(lines[-1])["value"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer steps; stacks of 2 and 4 layers")
+    p.add_argument("--point", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.point:
+        kind, *args = json.loads(a.point)
+        value = _gpt_step(*args) if kind == "gpt" else _stack_compile(*args)
+        print(json.dumps({"value": value}))
+        return 0
+
+    steps = 3 if a.quick else 10
+    print("[bf16 autocast vs fp32] small GPT (2 layers, d=128, seq 64, batch 8), AdamW, ms/step")
+    print(f"  {'':<12}{'fp32':>10}{'bf16':>10}{'bf16/fp32':>11}")
+    for name, on_xla in (("torch_xla", True), ("eager CPU", False)):
+        fp32 = _in_process("gpt", on_xla, False, steps)
+        bf16 = _in_process("gpt", on_xla, True, steps)
+        print(f"  {name:<12}{fp32 * 1e3:>10.2f}{bf16 * 1e3:>10.2f}{bf16 / fp32:>11.2f}", flush=True)
+
+    depths = (2, 4) if a.quick else (8, 32)
+    print("\n[scan_layers vs unrolled] transformer stack (d=128, seq 64, batch 4), "
+          "forward + backward, seconds to the first result (trace + compile + run)   target: scan >= 3x faster")
+    print(f"  {'layers':<8}{'unrolled':>10}{'scan':>10}{'unrolled/scan':>15}")
+    for n in depths:
+        unrolled = _in_process("stack", n, False)
+        scanned = _in_process("stack", n, True)
+        print(f"  {n:<8}{unrolled:>10.2f}{scanned:>10.2f}{unrolled / scanned:>15.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
