@@ -108,3 +108,35 @@ def test_checkpoint_under_autocast_and_args(dev):
         ckpt.checkpoint(lin, x, use_reentrant=False)
     with pytest.raises(ValueError):
         ckpt.checkpoint(lin, x, foo=1)
+
+
+def test_checkpoint_module_recomputes_with_the_same_dropout_and_kwargs():
+    from torch_xla.distributed.fsdp import checkpoint_module
+    dev = torch_xla.device()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.drop = torch.nn.Dropout(0.5)
+
+        def forward(self, x, scale=1.0):
+            return self.drop(self.lin(x)) * scale
+
+    torch.manual_seed(0)
+    plain = Net().to(dev)
+    wrapped = checkpoint_module(Net().to(dev))
+    wrapped.load_state_dict(plain.state_dict())
+    # reentrant checkpointing (upstream's only mode) needs an input that requires grad
+    x = torch.randn(4, 8).to(dev).requires_grad_()
+    torch_xla.manual_seed(3)
+    plain(x, scale=2.0).sum().backward()
+    torch_xla.manual_seed(3)
+    wrapped(x, scale=2.0).sum().backward()
+    torch.testing.assert_close(wrapped.lin.weight.grad.cpu(), plain.lin.weight.grad.cpu())
+
+
+def test_xla_fully_sharded_data_parallel_is_a_clear_error():
+    from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel
+    with pytest.raises(NotImplementedError, match="XlaFullyShardedDataParallel"):
+        XlaFullyShardedDataParallel(torch.nn.Linear(2, 2))

@@ -23,6 +23,8 @@ def _autocast_state(device_type):
 
 
 def _module_tensors(fn):
+    while getattr(fn, "__wrapped__", None) is not None:   # a wrapper of a module's forward
+        fn = fn.__wrapped__
     mod = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     if not isinstance(mod, torch.nn.Module):
         return []
