@@ -69,3 +69,11 @@ def test_fallback_counter_names_the_overload():
     out = torch.repeat_interleave(x, torch.tensor([1, 0, 2, 1]).to(DEV), dim=0, output_size=4)
     assert out.cpu().tolist() == [0.0, 2.0, 2.0, 3.0]
     assert "aten::repeat_interleave.Tensor" in met.executed_fallback_ops()
+
+
+def test_sign_of_nan_and_negative_zero_is_eagers():
+    t = torch.tensor([float("inf"), float("nan"), -float("inf"), 0.0, -0.0, 2.0, -3.0])
+    for fn in (torch.sign, torch.sgn):
+        want, got = _both(fn, t)
+        assert torch.equal(got, want)                 # sign(nan) == 0
+        assert torch.equal(got.signbit(), want.signbit())   # sign(-0.0) == +0.0

@@ -245,7 +245,12 @@ def _relu(x):
 
 @lower("sign")
 def _sign(x):
-    return x if x.dtype == jnp.bool_ else jnp.sign(x)
+    if x.dtype == jnp.bool_:
+        return x
+    if _is_float(x.dtype):   # eager: sign(nan) == 0 and sign(-0.0) == +0.0; XLA keeps both
+        one = jnp.ones((), x.dtype)
+        return jnp.where(x > 0, one, jnp.where(x < 0, -one, jnp.zeros((), x.dtype)))
+    return jnp.sign(x)
 
 
 @lower("digamma")
@@ -325,7 +330,7 @@ def _sgn(x):
     if jnp.iscomplexobj(x):
         a = jnp.abs(x)
         return jnp.where(a == 0, 0, x / jnp.where(a == 0, 1, a))
-    return jnp.sign(x)
+    return _sign(x)
 
 
 @lower("round", "round.decimals")
