@@ -151,20 +151,21 @@ def test_scalar_only_uploads_are_counted_as_transfers():
     """A step whose only host data are Python scalars still reports its upload
     (upstream uploads scalars as device data and counts them)."""
     dev = torch_xla.device()
+    # values no other test uses: a recent pool's device copy is reused, whichever test made it
     x = torch.zeros(3, device=dev)          # made on the device: no upload
     xm.mark_step()
     met.clear_all()
-    y = x + 2.5
+    y = x + 13.0625
     xm.mark_step()
     data = met.metric_data("TransferToDeviceTime")
     assert data is not None and data[0] == 1, data
     assert met.metric_data("InboundData")[1] > 0
     assert "Metric: TransferToDeviceTime" in met.metrics_report()
-    assert y.cpu().tolist() == [2.5, 2.5, 2.5]
-    z = x + 2.5                              # the same scalar again: its device copy is reused
+    assert y.cpu().tolist() == [13.0625] * 3
+    z = x + 13.0625                              # the same scalar again: its device copy is reused
     xm.mark_step()
     assert met.metric_data("TransferToDeviceTime")[0] == 1
-    w = x + 3.5                              # a new value is uploaded
+    w = x + 17.0625                              # a new value is uploaded
     xm.mark_step()
     assert met.metric_data("TransferToDeviceTime")[0] == 2
-    assert z.cpu().tolist() == [2.5] * 3 and w.cpu().tolist() == [3.5] * 3
+    assert z.cpu().tolist() == [13.0625] * 3 and w.cpu().tolist() == [17.0625] * 3
