@@ -159,6 +159,15 @@ def _xla_shape_text(shape, dtype):
     return f"{t}[{','.join(str(int(s)) for s in shape)}]"
 
 
+def _get_xla_tensor_shape_type(tensor):
+    """The XLA element type of an XLA tensor's device storage, lower case ('f16',
+    'f32', 's64', 'pred'); XLA_USE_BF16 storage reports 'bf16'."""
+    if not _api.is_xla_tensor(tensor):
+        raise RuntimeError(f"_get_xla_tensor_shape_type: expected an XLA tensor, got one on {tensor.device}")
+    text = _api.xla_shape_text((), _api.to_jax(tensor.dtype))
+    return text[:text.index("[")]
+
+
 def _get_xla_tensor_debug_info(tensor):
     """Upstream's debug text of an XLA tensor: its IR value (when it has pending
     ops) or its device data (when it holds a buffer)."""

@@ -215,3 +215,13 @@ def test_a_large_graph_warns_once_with_the_user_line(dev):
     msgs = [str(w.message) for w in caught if "torch_xla: compiling a graph of" in str(w.message)]
     assert len(msgs) == 1, msgs
     assert "test_debug.py" in msgs[0] and "xm.mark_step()" in msgs[0]
+
+
+def test_tensor_shape_type_names_the_device_element_type():
+    import torch_xla
+    dev = torch_xla.device()
+    half = torch.rand(10, dtype=torch.half).to(dev)
+    out = half.mul_(torch.tensor(7, dtype=torch.double).to(dev))   # in place keeps f16
+    assert torch_xla._XLAC._get_xla_tensor_shape_type(out) == "f16"
+    assert torch_xla._XLAC._get_xla_tensor_shape_type(torch.ones(2, dtype=torch.bool, device=dev)) == "pred"
+    assert torch_xla._XLAC._get_xla_tensor_shape_type(torch.ones(2, dtype=torch.int64, device=dev)) == "s64"

@@ -7,6 +7,7 @@ hashing, tensor introspection, the runtime's facts, the device generator.
 """
 from .base import config, events, metrics  # noqa: F401  (re-exported)
 from .base.dtypes import JAX_TO_TORCH, NATURAL, to_jax, torch_to_numpy  # noqa: F401
+from .ir.graph import xla_shape as xla_shape_text  # noqa: F401
 from .compile import persistent as _persistent
 from .compile import cache as _cache
 from .ir import node as _node
