@@ -13,6 +13,16 @@ def _xla_get_default_device():
     return "xla:0"
 
 
+def _xla_real_devices(devices):
+    """The runtime devices behind torch devices: ['xla:0'] -> ['CPU:0'] (the
+    platform in upper case, and this process's device index)."""
+    out = []
+    for d in devices:
+        index = int(str(d).rpartition(":")[2] or 0)
+        out.append(f"{_api.device_type().upper()}:{index}")
+    return out
+
+
 def _get_xla_tensor_dimension_size(t, dim):
     return t.shape[dim]
 

@@ -225,3 +225,11 @@ def test_tensor_shape_type_names_the_device_element_type():
     assert torch_xla._XLAC._get_xla_tensor_shape_type(out) == "f16"
     assert torch_xla._XLAC._get_xla_tensor_shape_type(torch.ones(2, dtype=torch.bool, device=dev)) == "pred"
     assert torch_xla._XLAC._get_xla_tensor_shape_type(torch.ones(2, dtype=torch.int64, device=dev)) == "s64"
+
+
+def test_real_devices_name_the_platform():
+    import re
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    for name in torch_xla._XLAC._xla_real_devices(xm.get_xla_supported_devices()):
+        assert re.fullmatch(r"[A-Z]+:\d+", name), name
