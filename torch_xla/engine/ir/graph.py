@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from ..base.dtypes import TORCH_TO_JAX
 from ..ops.context import LoweringContext, lowering
 from ..ops.op import apply_entry
 from .node import DATA, OP
@@ -30,7 +31,10 @@ _XLA_DTYPES = {
 
 
 def xla_shape(shape, dtype):
-    """f32[2,3]{1,0} for a torch (shape, dtype) or numpy dtype."""
+    """f32[2,3]{1,0} for a torch (shape, dtype) or numpy dtype. A torch dtype is
+    spelled as its device storage type (bf16 for f32 under XLA_USE_BF16), as
+    upstream's IR text shows what the device holds."""
+    dtype = TORCH_TO_JAX.get(dtype, dtype)
     name = str(dtype).replace("torch.", "")
     t = _XLA_DTYPES.get(name, name)
     dims = ",".join(str(d) for d in shape)
