@@ -13,12 +13,13 @@ graph, so JAX's one-time start-up is in no measurement.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from _timing import run_point  # noqa: E402
 
 
 def _warm_up():
@@ -79,12 +80,10 @@ def point_jax(model, k):
 
 
 def _point(kind, model, k):
-    cmd = [sys.executable, os.path.abspath(__file__), "--point", json.dumps([kind, model, k])]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode or not lines:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(lines[-1])
+    r = run_point(__file__, ["--point", json.dumps([kind, model, k])])
+    if "error" in r:
+        raise RuntimeError(r["error"])
+    return r
 
 
 def main(argv=None):

@@ -19,33 +19,19 @@ for torch_xla.
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from _timing import median_step, run_point  # noqa: E402
+
 CONFIGS = {
     "gpu": dict(vocab=32768, d=768, heads=12, layers=12, seq=512, batch=8, bf16=True),
     "cpu": dict(vocab=2048, d=256, heads=4, layers=4, seq=128, batch=4, bf16=False),
     "quick": dict(vocab=256, d=64, heads=2, layers=2, seq=32, batch=2, bf16=False),
 }
-
-
-def _median_step(step, sync, steps, warmup=3):
-    for _ in range(warmup):
-        step()
-    sync()
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
 
 
 def _torch_parts(cfg, device):
@@ -83,7 +69,7 @@ def worker_torch_xla(cfg, steps):
     step()
     xm.wait_device_ops()
     first = time.perf_counter() - t0
-    secs = _median_step(step, xm.wait_device_ops, steps)
+    secs = median_step(step, xm.wait_device_ops, steps)
     return {"step": secs, "first": first, "params": n, "device": f"{dev} ({xr.device_type()})",
             "compiles": met.counter_value("UncachedCompile")}
 
@@ -101,7 +87,7 @@ def worker_eager(cfg, steps, compiled=False):
     step()
     sync()
     first = time.perf_counter() - t0
-    return {"step": _median_step(step, sync, steps), "first": first, "params": n, "device": str(dev)}
+    return {"step": median_step(step, sync, steps), "first": first, "params": n, "device": str(dev)}
 
 
 def worker_jax(cfg, steps):
@@ -123,7 +109,7 @@ def worker_jax(cfg, steps):
     sync()
     first = time.perf_counter() - t0
     n = sum(int(a.size) for a in jax.tree_util.tree_leaves(state[0]))
-    return {"step": _median_step(step, sync, steps), "first": first, "params": n,
+    return {"step": median_step(step, sync, steps), "first": first, "params": n,
             "device": str(jax.devices()[0])}
 
 
@@ -132,16 +118,7 @@ WORKERS = {"torch_xla": worker_torch_xla, "jax": worker_jax, "eager": worker_eag
 
 
 def _run_worker(name, cfg, steps, env, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--cfg", json.dumps(cfg),
-           "--steps", str(steps)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **env))
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout}s"}
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
-        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:200]}
-    return json.loads(lines[-1])
+    return run_point(__file__, ["--worker", name, "--cfg", json.dumps(cfg), "--steps", str(steps)], env, timeout)
 
 
 def _cuda_present():

@@ -16,13 +16,13 @@ carries over between platforms.
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from _timing import median_step, run_point  # noqa: E402
 
 
 def _gpt_step(on_xla, bf16, steps, batch=8):
@@ -47,17 +47,7 @@ def _gpt_step(on_xla, bf16, steps, batch=8):
         opt.step()
         barrier()
 
-    for _ in range(3):
-        step()
-    sync()
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
+    return median_step(step, sync, steps)
 
 
 def _stack_compile(layers, use_scan, d=128, seq=64, batch=4):
@@ -92,12 +82,10 @@ def _stack_compile(layers, use_scan, d=128, seq=64, batch=4):
 
 
 def _in_process(kind, *args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--point", json.dumps([kind, *args])]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode or not lines:
-        raise RuntimeError(f"{kind}{args}: " + out.stderr[-2000:])
-    return json.loads(lines[-1])["value"]
+    r = run_point(__file__, ["--point", json.dumps([kind, *args])])
+    if "error" in r:
+        raise RuntimeError(f"{kind}{args}: {r['error']}")
+    return r["value"]
 
 
 def main(argv=None):

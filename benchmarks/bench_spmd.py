@@ -15,28 +15,13 @@ step <= 1.15x the pure-JAX sharded step.
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from _timing import median_step, run_point  # noqa: E402
 BATCH = 256
-
-
-def _timed(step, sync, steps):
-    for _ in range(3):
-        step()
-    sync()
-    runs = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        runs.append((time.perf_counter() - t0) / steps)
-    return statistics.median(runs)
 
 
 def point_spmd(steps):
@@ -62,7 +47,7 @@ def point_spmd(steps):
         loss_fn(model(data), target).backward()
         opt.step()
         xm.mark_step()
-    return _timed(step, xm.wait_device_ops, steps)
+    return median_step(step, xm.wait_device_ops, steps)
 
 
 def _mp_replica(index, steps, out):
@@ -81,7 +66,7 @@ def _mp_replica(index, steps, out):
         loss_fn(model(data), target).backward()
         xm.optimizer_step(opt)
         xm.mark_step()
-    secs = _timed(step, xm.wait_device_ops, steps)
+    secs = median_step(step, xm.wait_device_ops, steps)
     if index == 0:
         with open(out, "w") as f:
             json.dump(secs, f)
@@ -112,21 +97,16 @@ def point_jax(steps):
     def step():
         holder["s"] = step_fn(*holder["s"])
 
-    return _timed(step, lambda: jax.block_until_ready(holder["s"]), steps)
+    return median_step(step, lambda: jax.block_until_ready(holder["s"]), steps)
 
 
 POINTS = {"spmd": point_spmd, "multiprocess": point_multiprocess, "jax": point_jax}
 
 
 def _run(kind, n, steps):
-    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(n),
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
-    cmd = [sys.executable, os.path.abspath(__file__), "--point", kind, "--steps", str(steps)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode or not lines:
-        return None, (out.stderr.strip().splitlines() or ["no output"])[-1][:160]
-    return json.loads(lines[-1])["secs"], None
+    env = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(n), "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
+    r = run_point(__file__, ["--point", kind, "--steps", str(steps)], env, timeout=1200)
+    return (None, r["error"]) if "error" in r else (r["secs"], None)
 
 
 def main(argv=None):

@@ -1,0 +1,38 @@
+"""Timing helpers the benchmarks share."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def median_step(step, sync, steps, warmup=3, reps=3):
+    """Seconds per step: `warmup` steps, then `reps` runs of `steps` steps back to
+    back with one `sync` each (a training loop never waits between steps); the median."""
+    for _ in range(warmup):
+        step()
+    sync()
+    runs = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        runs.append((time.perf_counter() - t0) / steps)
+    return statistics.median(runs)
+
+
+def run_point(script, args, env=None, timeout=1800):
+    """Runs `python script *args` in a fresh process and returns the last JSON
+    object it printed, or {"error": its last stderr line}."""
+    cmd = [sys.executable, os.path.abspath(script), *args]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             env=dict(os.environ, **(env or {})))
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout}s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return json.loads(lines[-1])
