@@ -221,6 +221,33 @@ def _match_id(tid, expected):
     return tid.replace("PRIVATEUSE1.", "XLA.")
 
 
+TORCHVISION_SHIM = {
+    "__init__.py": '"""Import-only torchvision for upstream scripts run with --fake_data."""\n'
+                   'from . import datasets, transforms  # noqa: F401\n',
+    "datasets.py": 'def __getattr__(name):\n'
+                   '    raise ImportError("torchvision is not installed (import-only shim): datasets.%s" % name)\n',
+    "transforms.py": 'def __getattr__(name):\n'
+                     '    raise ImportError("torchvision is not installed (import-only shim): transforms.%s" % name)\n',
+}
+
+
+def _write_torchvision_shim(shim_dir):
+    """Upstream's MNIST trainers import torchvision at the top even with --fake_data;
+    torchvision does not install beside every torch, so give them a package that
+    imports and fails only when a dataset or transform is actually used."""
+    try:
+        import importlib.util
+        if importlib.util.find_spec("torchvision") is not None:
+            return
+    except (ImportError, ValueError):
+        pass
+    pkg = os.path.join(shim_dir, "torchvision")
+    os.makedirs(pkg, exist_ok=True)
+    for name, text in TORCHVISION_SHIM.items():
+        with open(os.path.join(pkg, name), "w") as f:
+            f.write(text)
+
+
 def run_row(row, test_dir, out_dir, timeout, kfilters, use_checkout, shim_dir):
     name, mode, env_text, cmd = row
     tmp = tempfile.mkdtemp(prefix="upstream-")
@@ -340,6 +367,7 @@ def main(argv=None):
     shim_dir = tempfile.mkdtemp(prefix="upstream-shim-")
     with open(os.path.join(shim_dir, "sitecustomize.py"), "w") as f:
         f.write(SHIM)
+    _write_torchvision_shim(shim_dir)
 
     all_results = []
     summary = []
