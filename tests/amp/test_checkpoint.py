@@ -134,9 +134,3 @@ def test_checkpoint_module_recomputes_with_the_same_dropout_and_kwargs():
     torch_xla.manual_seed(3)
     wrapped(x, scale=2.0).sum().backward()
     torch.testing.assert_close(wrapped.lin.weight.grad.cpu(), plain.lin.weight.grad.cpu())
-
-
-def test_xla_fully_sharded_data_parallel_is_a_clear_error():
-    from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel
-    with pytest.raises(NotImplementedError, match="XlaFullyShardedDataParallel"):
-        XlaFullyShardedDataParallel(torch.nn.Linear(2, 2))

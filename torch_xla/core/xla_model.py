@@ -318,8 +318,14 @@ def recv(output, channel_id):
 def reduce_gradients(optimizer, groups=None, pin_layout=True):
     """Average every parameter gradient across replicas (in the graph)."""
     count = xr.world_size()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if any(getattr(p, "_is_sharded", False) for p in params):
+        raise RuntimeError(
+            "xm.optimizer_step / xm.reduce_gradients all-reduce gradients, but this optimizer holds parameters "
+            "sharded by XlaFullyShardedDataParallel, whose backward has already reduce-scattered (averaged) "
+            "them: call optimizer.step() directly")
     if count > 1:
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
         all_reduce(REDUCE_SUM, grads, scale=1.0 / count, groups=groups)
 
 

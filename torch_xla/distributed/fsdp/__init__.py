@@ -1,26 +1,32 @@
-"""torch_xla.distributed.fsdp: fully sharded data parallel across processes.
-
-What is here today: `checkpoint_module` (gradient checkpointing of a module's
-forward, which upstream keeps in this package) and `utils.apply_xla_patch_to_nn_linear`.
-`XlaFullyShardedDataParallel` itself is not implemented yet: constructing one
-raises rather than silently training a replicated model.
-"""
+"""torch_xla.distributed.fsdp: fully sharded data parallel across processes
+(ZeRO-2/3), its auto-wrap policies (`wrap`), gradient checkpointing of a wrapped
+submodule (`checkpoint_module`) and the consolidation of sharded checkpoints."""
 import functools
 
-from ...utils.checkpoint import checkpoint
+import torch
 
-__all__ = ["XlaFullyShardedDataParallel", "checkpoint_module"]
+from ...utils.checkpoint import checkpoint
+from .state_dict_utils import consolidate_sharded_model_checkpoints, consolidate_sharded_state_dicts
+from .xla_fully_sharded_data_parallel import XlaFullyShardedDataParallel
+
+__all__ = ["XlaFullyShardedDataParallel", "consolidate_sharded_state_dicts",
+           "consolidate_sharded_model_checkpoints", "checkpoint_module"]
 
 
 def checkpoint_module(module):
     """Make `module`'s forward keep no activations: they are recomputed in the
     backward pass (torch_xla.utils.checkpoint, with the RNG state replayed so
     dropout draws the same masks). Keyword arguments of forward are supported.
+    Wrap with checkpoint_module first, then with XlaFullyShardedDataParallel.
     Returns the same module."""
     original = module.forward
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
+        if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
+            # reentrant checkpointing needs an input that requires grad (the first layer's
+            # data does not): run it plainly, as upstream does
+            return original(*args, **kwargs)
         if not kwargs:
             return checkpoint(original, *args)
         names = tuple(kwargs)
@@ -34,15 +40,3 @@ def checkpoint_module(module):
     module._xla_checkpointed_forward_original = original
     module.forward = forward
     return module
-
-
-class XlaFullyShardedDataParallel:
-    """Upstream's ZeRO-3 wrapper (parameters, gradients and optimizer state
-    sharded over the data-parallel processes). Not implemented in this
-    torch_xla yet: constructing one raises."""
-
-    def __init__(self, module, *args, **kwargs):
-        raise NotImplementedError(
-            "torch_xla.distributed.fsdp.XlaFullyShardedDataParallel is not implemented in this torch_xla yet; "
-            "train data-parallel with xm.optimizer_step, or shard with SPMD (torch_xla.experimental."
-            "spmd_fully_sharded_data_parallel, FSDPv2)")

@@ -26,3 +26,15 @@ def _register_prims_handlers():
 
 
 _register_prims_handlers()
+
+
+@handler("_has_same_storage_numel.default")
+def _has_same_storage_numel(args, kwargs):
+    # Tensor._view_func(new_base) asks this before replaying a view chain on a new
+    # base. A lazy tensor's storage is its root base: compare their sizes from
+    # the avals rather than falling back to the CPU (which would run the graph).
+    def storage_numel(t):
+        base = t if getattr(t, "_xb", None) is None else t._xb
+        return base.numel()
+    a, b = args[0], args[1] if len(args) > 1 else kwargs["other"]
+    return storage_numel(a) == storage_numel(b)
