@@ -110,8 +110,9 @@ def test_lazy_init_and_errors():
         ZeroRedundancyOptimizer(_model(torch.device("cpu")).parameters(), torch.optim.SGD, lr=0.1)
 
 
-def _worker(tmp_path, procs):
-    rc, log, _ = _run(["zero1_worker.py", str(tmp_path)], timeout=400, CPU_NUM_DEVICES=procs,
+def _worker(tmp_path, procs, model, cases, param_tol=1e-5):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rc, log, _ = _run(["zero1_worker.py", str(tmp_path), model] + cases, timeout=400, CPU_NUM_DEVICES=procs,
                       MASTER_PORT=_free_port())
     assert rc == 0, log[-4000:]
     res = json.load(open(tmp_path / "result.json"))
@@ -119,16 +120,18 @@ def _worker(tmp_path, procs):
     for name, r in res["cases"].items():
         assert r["loss_diff"] < 1e-5, (name, r)
         assert r["norm_diff"] < 1e-5, (name, r)
-        assert r["param_diff"] < 1e-5, (name, r)
+        assert r["param_diff"] < param_tol, (name, r)
         assert r["resume_diff"] == 0.0, (name, r)
         # each rank keeps about 1/N of the optimizer state (dimension 0 padded to N)
         assert r["state_fraction"] < 1.0 / procs * 1.15, (name, r)
 
 
-def test_zero1_on_2_processes_matches_data_parallel(tmp_path):
-    _worker(tmp_path, 2)
+def test_zero1_mlp_on_2_processes_matches_data_parallel(tmp_path):
+    _worker(tmp_path, 2, "mlp", ["sgd-clipNone", "sgd-clip0.5", "adamw-clipNone", "adamw-clip0.5"])
 
 
 @pytest.mark.slow
-def test_zero1_on_4_processes_matches_data_parallel(tmp_path):
-    _worker(tmp_path, 4)
+def test_zero1_mlp_and_gpt_on_4_processes_match_data_parallel(tmp_path):
+    _worker(tmp_path / "mlp", 4, "mlp", ["adamw-clip0.5"])
+    # AdamW over 5 steps amplifies rounding differences in near-zero gradients
+    _worker(tmp_path / "gpt", 4, "gpt", ["adamw-clip0.5"], param_tol=1e-3)

@@ -1,7 +1,7 @@
 """ZeRO-1 against data-parallel training, on every rank of a torch_xla.launch job.
 
-python zero1_worker.py OUT_DIR: for SGD with momentum and for AdamW, with and
-without gradient clipping, an MLP trains 5 steps with ZeroRedundancyOptimizer
+python zero1_worker.py OUT_DIR MODEL CASE...: for each CASE (`sgd-clipNone`,
+`sgd-clip0.5`, `adamw-clipNone`, `adamw-clip0.5`), MODEL (`mlp` or `gpt`) trains 5 steps with ZeroRedundancyOptimizer
 and with xm.optimizer_step (the reference, clipping by
 torch.nn.utils.clip_grad_norm_ after the all-reduce). A run interrupted after 3
 steps, saved and reloaded into fresh objects must continue identically. Rank 0
@@ -21,21 +21,42 @@ from torch_xla.distributed.zero_redundancy_optimizer import ZeroRedundancyOptimi
 STEPS = 5
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+from nets import GPT  # noqa: E402
+
+MODEL = "mlp"
+
+
+class _MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(12, 30), nn.Tanh(), nn.Linear(30, 30), nn.Tanh(), nn.Linear(30, 3))
+
+    def forward(self, x, y):
+        return nn.functional.cross_entropy(self.net(x), y)
+
+
 def model_on(dev):
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(12, 30), nn.Tanh(), nn.Linear(30, 30), nn.Tanh(), nn.Linear(30, 3)).to(dev)
+    return (_MLP() if MODEL == "mlp" else GPT(vocab=64, d=32, heads=4, layers=2, ctx=16)).to(dev)
 
 
 def batches(rank):
     g = torch.Generator().manual_seed(500 + rank)
-    return [(torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(STEPS)]
+    if MODEL == "mlp":
+        return [(torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(STEPS)]
+    out = []
+    for _ in range(STEPS):
+        idx = torch.randint(0, 64, (4, 16), generator=g)
+        out.append((idx, torch.roll(idx, -1, 1)))
+    return out
 
 
 OPTS = {"sgd": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}), "adamw": (torch.optim.AdamW, {"lr": 1e-2})}
 
 
 def loss_of(model, x, y, dev):
-    return nn.functional.cross_entropy(model(x.to(dev)), y.to(dev))
+    return model(x.to(dev), y.to(dev))
 
 
 def run_reference(dev, data, opt_name, clip):
@@ -77,32 +98,35 @@ def run_zero1(dev, data, opt_name, clip, stop_at=None, resume=None):
     return losses, norms, model, opt
 
 
-def main(index, out_dir):
+def main(index, out_dir, model_kind, cases):
+    global MODEL
+    MODEL = model_kind
     dev = torch_xla.device()
     rank, world = xr.global_ordinal(), xr.world_size()
     data = batches(rank)
     res = {"world": world, "cases": {}}
-    for opt_name in OPTS:
-        for clip in (None, 0.5):
-            ref_losses, ref_norms, ref_model = run_reference(dev, data, opt_name, clip)
-            losses, norms, model, opt = run_zero1(dev, data, opt_name, clip)
-            pdiff = max((a - b).abs().max().item() for a, b in zip(model.state_dict().values(),
-                                                                   ref_model.state_dict().values()))
-            state_numel = sum(t.numel() for s in opt.base_optimizer.state.values() for t in s.values()
-                              if torch.is_tensor(t) and t.dim() > 0)
-            full_numel = sum(p.numel() for p in model.parameters())
-            # interrupted after 3 steps, saved to disk, resumed in fresh objects
-            first, _, m3, o3 = run_zero1(dev, data, opt_name, clip, stop_at=3)
-            path = os.path.join(out_dir, f"{opt_name}-{clip}-{rank}.pt")
-            xm.save({"model": m3.state_dict(), "opt": o3.state_dict(), "step": 3}, path, master_only=False)
-            rest, _, _, _ = run_zero1(dev, data, opt_name, clip, resume=torch.load(path, weights_only=False))
-            res["cases"][f"{opt_name}-clip{clip}"] = {
-                "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
-                "norm_diff": max((abs(a - b) for a, b in zip(norms, ref_norms)), default=0.0),
-                "param_diff": pdiff,
-                "resume_diff": max(abs(a - b) for a, b in zip(first + rest, losses)),
-                "state_fraction": state_numel / (full_numel * (2 if opt_name == "adamw" else 1)),
-            }
+    for case in cases:
+        opt_name, clip = case.split("-clip")
+        clip = None if clip == "None" else float(clip)
+        ref_losses, ref_norms, ref_model = run_reference(dev, data, opt_name, clip)
+        losses, norms, model, opt = run_zero1(dev, data, opt_name, clip)
+        pdiff = max((a - b).abs().max().item() for a, b in zip(model.state_dict().values(),
+                                                               ref_model.state_dict().values()))
+        state_numel = sum(t.numel() for s in opt.base_optimizer.state.values() for t in s.values()
+                          if torch.is_tensor(t) and t.dim() > 0)
+        full_numel = sum(p.numel() for p in model.parameters())
+        # interrupted after 3 steps, saved to disk, resumed in fresh objects
+        first, _, m3, o3 = run_zero1(dev, data, opt_name, clip, stop_at=3)
+        path = os.path.join(out_dir, f"{opt_name}-{clip}-{rank}.pt")
+        xm.save({"model": m3.state_dict(), "opt": o3.state_dict(), "step": 3}, path, master_only=False)
+        rest, _, _, _ = run_zero1(dev, data, opt_name, clip, resume=torch.load(path, weights_only=False))
+        res["cases"][f"{opt_name}-clip{clip}"] = {
+            "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
+            "norm_diff": max((abs(a - b) for a, b in zip(norms, ref_norms)), default=0.0),
+            "param_diff": pdiff,
+            "resume_diff": max(abs(a - b) for a, b in zip(first + rest, losses)),
+            "state_fraction": state_numel / (full_numel * (2 if opt_name == "adamw" else 1)),
+        }
     lines = xm.rendezvous("zero1_result", json.dumps(res).encode())
     if rank == 0:
         recs = [json.loads(line) for line in lines]
@@ -115,4 +139,4 @@ def main(index, out_dir):
 
 
 if __name__ == "__main__":
-    torch_xla.launch(main, args=(sys.argv[1],))
+    torch_xla.launch(main, args=(sys.argv[1], sys.argv[2], sys.argv[3:]))
