@@ -267,3 +267,56 @@ def _xla_get_spmd_config_is_locked():
 
 def _xla_clear_sharding(t):
     _api.clear_sharding(t)
+
+
+def _get_xla_op_sharding(t):
+    """t's sharding (an opaque object that _xla_mark_sharding accepts), or None."""
+    return _api.current_sharding(t)
+
+
+def _xla_mark_sharding(t, sharding):
+    _api.mark_sharding(t, sharding)
+
+
+# -- distributed runtime and preemption ------------------------------------------
+
+def _ensure_xla_coordinator_initialized(global_rank, world_size, master_addr, master_port=None):
+    """Upstream starts its coordination service here. The job's runtime (jax.distributed)
+    is joined by the launcher or the first collective, so a one-process job needs
+    nothing; a mismatch with the running job is an error."""
+    import torch_xla.runtime as xr
+    if int(world_size) != xr.world_size() and xr.world_size() > 1:
+        raise RuntimeError(f"_ensure_xla_coordinator_initialized: world_size={world_size}, but this job has "
+                           f"{xr.world_size()} processes")
+
+
+class _Preemption:
+    """SIGTERM noticed by the preemption sync manager (per process)."""
+    previous = None
+    noticed = False
+
+
+def _activate_preemption_sync_manager():
+    """From now on a SIGTERM is recorded instead of ending the process: the training
+    loop asks `_sync_point_reached(step)` and checkpoints before exiting."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread() or _Preemption.previous is not None:
+        return
+
+    def on_sigterm(signum, frame):
+        _Preemption.noticed = True
+    _Preemption.previous = signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _deactivate_preemption_sync_manager():
+    import signal
+    if _Preemption.previous is not None:
+        signal.signal(signal.SIGTERM, _Preemption.previous)
+    _Preemption.previous = None
+    _Preemption.noticed = False
+
+
+def _sync_point_reached(step):
+    """True once a SIGTERM arrived while the preemption sync manager was active."""
+    return _Preemption.noticed

@@ -3,8 +3,9 @@
 `xr.use_spmd()` makes `xla:0` one logical device over every local device;
 `Mesh` / `HybridMesh` / `get_1d_mesh` arrange the devices; `mark_sharding`
 lays a tensor out over the mesh (see xla_sharding.py). What is not built
-(auto-sharding, manual sharding regions, DTensor integration, distributed
-checkpointing) raises NotImplementedError naming itself.
+(auto-sharding, manual sharding regions, DTensor integration) raises
+NotImplementedError naming itself. Distributed checkpoints:
+torch_xla.experimental.distributed_checkpoint.
 """
 from .xla_sharded_tensor import XLAShard, XLAShardedTensor
 from .xla_sharding import (

@@ -32,8 +32,48 @@ class _Guard(torch._C._acc.DeviceGuard):
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
+class _Stream:
+    """The device's one stream: graphs run in the order they were issued, so
+    waiting on another stream is free and synchronizing waits for the device.
+    torch.distributed.checkpoint's writer copies tensors to the host under it."""
+    device_type = "xla"
+
+    def synchronize(self):
+        from .executor import wait_device_ops
+        wait_device_ops()
+
+    def wait_stream(self, other):
+        return None
+
+    def wait_event(self, event):
+        return None
+
+    def query(self):
+        return True
+
+    def __eq__(self, other):
+        return isinstance(other, _Stream)
+
+    def __hash__(self):
+        return hash(_Stream)
+
+
+_STREAM = _Stream()
+
+
 class DeviceModule:
     """What torch expects at torch.xla for a PrivateUse1 backend."""
+
+    Stream = _Stream
+
+    @staticmethod
+    def current_stream(device=None):
+        return _STREAM
+
+    @staticmethod
+    def stream(s=None):
+        import contextlib
+        return contextlib.nullcontext(s)
 
     @staticmethod
     def is_available():
