@@ -16,7 +16,10 @@ def using_pjrt():
 
 
 def world_size():
-    """Number of participants (processes, one device each) in the job."""
+    """Number of participants (processes, one device each) in the job; 1 in SPMD
+    mode, where one logical device spans every device (and every host)."""
+    if _api.topology.spmd_enabled():
+        return 1
     return _api.topology.world_size()
 
 
@@ -37,12 +40,12 @@ def local_process_count():
 
 def process_index():
     """Index of this process in the job (same as the global ordinal here)."""
-    return global_ordinal()
+    return _api.topology.rank()
 
 
 def process_count():
-    """Processes in the job."""
-    return world_size()
+    """Processes in the job (in SPMD mode: one per host)."""
+    return _api.topology.world_size()
 
 
 def host_index():
@@ -77,7 +80,7 @@ def global_runtime_device_count():
 
 def addressable_runtime_device_count():
     """Runtime devices this process drives."""
-    return global_runtime_device_count() if world_size() == 1 else 1
+    return _api.topology.addressable_spmd_device_count() if world_size() == 1 else 1
 
 
 def get_master_ip():
@@ -96,9 +99,11 @@ def use_spmd(auto=False):
     supported and raises NotImplementedError."""
     if auto:
         raise NotImplementedError("torch_xla.runtime.use_spmd(auto=True): auto-sharding is not supported")
-    if world_size() > 1:
-        raise RuntimeError("use_spmd() drives every device from one process; this process is one of "
-                           f"a {world_size()}-process job")
+    topo = _api.topology
+    if topo.world_size() > 1 and topo.local_process_count() > 1:
+        raise RuntimeError("use_spmd() drives every device of a host from one process; this process is one of "
+                           f"{topo.local_process_count()} on its host (run one process per host, e.g. "
+                           "torch_xla.launch(fn, nprocs=1) with XLA_NUM_HOSTS)")
     _api.use_spmd()
     os.environ["XLA_USE_SPMD"] = "1"
 

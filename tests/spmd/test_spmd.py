@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,3 +125,56 @@ def test_without_spmd_sharding_raises():
         pytest.skip("this process is in SPMD mode")
     with pytest.raises(RuntimeError, match="use_spmd"):
         xs.mark_sharding(None, None, (0,))
+
+
+def test_two_hosts_form_one_spmd_mesh(tmp_path):
+    """Two launcher invocations (hosts) with 2 CPU devices each run one SPMD program
+    over a 4-device global mesh, with the losses of one process over 4 devices."""
+    import socket
+    import time
+    single, hosts = tmp_path / "single.json", tmp_path / "hosts.json"
+    p = _run(["spmd_multihost_worker.py", str(single), "single"], 4)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2", XLA_NUM_HOSTS="2", MASTER_PORT=str(port),
+               MASTER_ADDR="127.0.0.1", JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for k in ("XLA_USE_SPMD", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-W", "ignore", "spmd_multihost_worker.py", str(hosts), "hosts"]
+    a = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    time.sleep(1.0)
+    b = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out_b, _ = b.communicate(timeout=240)
+        out_a, _ = a.communicate(timeout=60)
+    finally:
+        for proc in (a, b):
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+    assert a.returncode == 0 and b.returncode == 0, (out_a[-3000:], out_b[-3000:])
+    one, two = json.loads(single.read_text()), json.loads(hosts.read_text())
+    assert (two["devices"], two["addressable"], two["hosts"], two["world_size"]) == (4, 2, 2, 1)
+    assert two["shard_rows"] == [8, 8]   # this host's 2 of the 4 row blocks of fc1.weight
+    assert two["spec"] == one["spec"] == "{devices=[4,1]0,1,2,3}"
+    for x, y in zip(two["losses"], one["losses"]):
+        assert abs(x - y) < 1e-5, (two["losses"], one["losses"])
+    for p1, p2 in zip(two["params"], one["params"]):
+        assert np.allclose(p1, p2, atol=1e-5)
+
+
+def _example_losses(script, devices, steps=3):
+    p = _run([os.path.join(ROOT, "examples", script), "--steps", str(steps)], devices)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return [float(line.split()[-1]) for line in p.stdout.splitlines() if line.startswith("step ")]
+
+
+def test_fsdpv2_and_2d_examples_train_like_one_device():
+    one = _example_losses("train_spmd_2d_transformer.py", 1)
+    two_d = _example_losses("train_spmd_2d_transformer.py", 4)
+    fsdpv2 = _example_losses("train_spmd_fsdpv2.py", 4)
+    assert len(one) == 3 and one[-1] < one[0]
+    assert np.allclose(two_d, one, atol=1e-4) and np.allclose(fsdpv2, one, atol=1e-4), (one, two_d, fsdpv2)

@@ -2,7 +2,9 @@
 
 `SpmdFullyShardedDataParallel(module, mesh=...)` shards every parameter of
 `module` over the mesh axis 'fsdp' (along its largest dimension), and shards
-the forward output's batch dimension likewise; XLA's SPMD partitioner inserts
+the forward output's batch dimension likewise (with `auto_wrap_policy`, the
+selected submodules first become units of their own, as in
+torch_xla.distributed.fsdp.wrap); XLA's SPMD partitioner inserts
 the all-gathers and reduce-scatters. The batch is expected to be sharded over
 'fsdp' too (e.g. MpDeviceLoader with input_sharding).
 """
@@ -38,9 +40,6 @@ class SpmdFullyShardedDataParallel(nn.Module):
         if fwd is None or fwd is nn.Module.forward:
             raise RuntimeError("The module wrapped by FSDP must define a `forward` method "
                                "(do not wrap nn.ModuleList / nn.ModuleDict)")
-        if auto_wrap_policy is not None or auto_wrapper_callable is not None:
-            raise NotImplementedError("SpmdFullyShardedDataParallel: auto_wrap_policy is not supported; "
-                                      "wrap the submodules yourself")
         if mesh is None:
             mesh = spmd.get_global_mesh()
             if mesh is None:
@@ -50,6 +49,17 @@ class SpmdFullyShardedDataParallel(nn.Module):
         if extra_data_axis and extra_data_axis not in mesh.axis_names:
             raise ValueError(f"The provided {extra_data_axis} axis is not in the mesh.")
         super().__init__()
+        if auto_wrap_policy is not None:
+            from torch_xla.distributed.fsdp.wrap import recursive_wrap
+            for name, sub in module.named_modules():
+                if isinstance(sub, SpmdFullyShardedDataParallel):
+                    raise ValueError(f"{name} is already wrapped; an auto_wrap_policy cannot be combined with "
+                                     "wrapping by hand")
+            # children first, each a unit of its own with the same mesh and output sharding
+            recursive_wrap(module, auto_wrap_policy=auto_wrap_policy,
+                           wrapper_cls=auto_wrapper_callable or SpmdFullyShardedDataParallel,
+                           ignored_modules=set(), ignored_params=set(), only_wrap_children=True,
+                           mesh=mesh, shard_output=shard_output, extra_data_axis=extra_data_axis)
         self._orig_module = module.to("xla")
         self._mesh = mesh
         import torch_xla

@@ -77,7 +77,7 @@ class _Placed:
             if xs is None or xs != s:
                 if fixed is None:
                     fixed = list(inputs)
-                fixed[i] = jax.device_put(x, s)
+                fixed[i] = topology.lay_out(x, s)
         return self.compiled(*(fixed if fixed is not None else inputs))
 
     def __getattr__(self, name):

@@ -59,7 +59,7 @@ def device_array(t):
 def to_cpu(t):
     arr = device_array(t)
     t0 = time.perf_counter_ns()
-    host = np.asarray(arr)
+    host = topology.host_value(arr)
     out = numpy_to_torch(host, t._aval[1])
     metrics.metric("TransferFromDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("OutboundData", host.nbytes, kind="bytes")

@@ -47,8 +47,8 @@ def configure_backend():
     if device_type() != "CPU":
         return
     from . import topology
-    if topology.is_multiprocess():
-        return
+    if topology.is_multiprocess() and not topology.spmd_enabled():
+        return   # one device per process; SPMD with one process per host keeps CPU_NUM_DEVICES
     n = config.integer("CPU_NUM_DEVICES", 1)
     if n > 1:
         try:

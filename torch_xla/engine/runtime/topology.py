@@ -122,15 +122,57 @@ def local_device_count(kind=None):
     return 1
 
 
+def is_multihost_spmd():
+    """SPMD over several processes, one per host: the logical device spans every
+    host's devices (jax.distributed joins them)."""
+    return _spmd[0] and is_multiprocess()
+
+
 def spmd_devices():
-    """The local JAX devices behind the one logical SPMD device, by id (device
-    ids of a `Mesh` index this list)."""
+    """The JAX devices behind the one logical SPMD device, by id (device ids of a
+    `Mesh` index this list): this process's, or with one process per host every
+    host's."""
     import jax
     from .platform import configure_backend, jax_platform
     from . import distributed
     distributed.maybe_initialize()
     configure_backend()
-    return sorted(jax.local_devices(backend=jax_platform()), key=lambda d: d.id)
+    devs = jax.devices(jax_platform()) if is_multihost_spmd() else jax.local_devices(backend=jax_platform())
+    return sorted(devs, key=lambda d: d.id)
+
+
+def lay_out(arr, sharding):
+    """`arr` laid out as `sharding`. Across hosts, jax.device_put cannot move a
+    value held by one device to another host's devices; every host holds the same
+    value (SPMD programs run alike on each), so each builds its own shards from
+    its copy."""
+    import jax
+    if getattr(arr, "sharding", None) == sharding:
+        return arr
+    if sharding.is_fully_addressable or not getattr(arr, "is_fully_addressable", True):
+        return jax.device_put(arr, sharding)
+    pieces = [jax.device_put(arr[idx], d) for d, idx in sharding.addressable_devices_indices_map(arr.shape).items()]
+    return jax.make_array_from_single_device_arrays(arr.shape, sharding, pieces)
+
+
+def host_value(arr):
+    """A numpy copy of `arr`'s global value. An array spread over other hosts'
+    devices is gathered (every host reads it at the same point of the program);
+    a replicated one is read from a local copy."""
+    import numpy as np
+    if getattr(arr, "is_fully_addressable", True):
+        return np.asarray(arr)
+    if arr.sharding.is_fully_replicated:
+        return np.asarray(arr.addressable_shards[0].data)
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(arr, tiled=True))
+
+
+def addressable_spmd_device_count():
+    """Devices of the logical SPMD device that this process drives."""
+    import jax
+    me = jax.process_index() if is_multihost_spmd() else None
+    return sum(1 for d in spmd_devices() if me is None or d.process_index == me)
 
 
 def spmd_device_count():

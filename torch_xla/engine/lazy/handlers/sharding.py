@@ -53,8 +53,7 @@ def _place(t, sharding, remember):
     whole = _whole(t)
     node = _base_data(whole)
     if node is not None:
-        import jax
-        arr = jax.device_put(node.data, sharding)
+        arr = topology.lay_out(node.data, sharding)
         views.assign(whole, (ir.data_node(arr, *whole._aval), 0), fresh=True)
         whole._last_data = None
         whole._sharding = remember
@@ -118,6 +117,13 @@ def spec_string(t):
     return format_sharding(s, t.dim())
 
 
+def _ordinal(device):
+    """A device's place in the logical SPMD device (upstream prints these global
+    ordinals; JAX's ids of another host's devices start at 2048 x host)."""
+    order = {d: i for i, d in enumerate(topology.spmd_devices())}
+    return order.get(device, device.id)
+
+
 def format_sharding(s, ndim):
     h = _hlo(s, ndim)
     if h.is_replicated():
@@ -126,10 +132,10 @@ def format_sharding(s, ndim):
         return "{manual}"
     if h.is_maximal():
         devs = s._device_assignment
-        return "{maximal device=%d}" % devs[h.tile_assignment_devices()[0]].id
+        return "{maximal device=%d}" % _ordinal(devs[h.tile_assignment_devices()[0]])
     devs = s._device_assignment
     dims = ",".join(str(d) for d in h.tile_assignment_dimensions())
-    ids = ",".join(str(devs[i].id) for i in h.tile_assignment_devices())
+    ids = ",".join(str(_ordinal(devs[i])) for i in h.tile_assignment_devices())
     suffix = " last_tile_dim_replicate" if h.replicate_on_last_tile_dim() else ""
     return "{devices=[%s]%s%s}" % (dims, ids, suffix)
 
