@@ -1,8 +1,9 @@
 """Trains a small MLP under SPMD with one sharding layout and prints a JSON
 report comparing it with the same training in eager PyTorch on the CPU.
 
-Run by test_spmd_training.py in a subprocess (CPU_NUM_DEVICES must be set
-before JAX starts): python spmd_mlp_worker.py dp|fsdp|2d|loader|fsdpv2
+Run by test_spmd.py in a subprocess (CPU_NUM_DEVICES must be set before JAX
+starts): python spmd_mlp_worker.py dp|fsdp|2d|loader|fsdpv2, or gpt-dp|gpt-fsdp|gpt-2d
+for the small GPT decoder of tests/models/nets.py.
 """
 import copy
 import json
@@ -51,7 +52,69 @@ def reference(model, data):
     return losses
 
 
+def gpt_main(layout):
+    """The GPT decoder, 5 SGD steps under `layout`, against eager CPU."""
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+    from nets import GPT
+    xr.use_spmd()
+    n = xr.global_runtime_device_count()
+    torch.manual_seed(0)
+    cpu_model = GPT(vocab=64, d=32, heads=4, layers=2, ctx=16)
+    model = copy.deepcopy(cpu_model).to(torch_xla.device())
+    g = torch.Generator().manual_seed(2)
+    data = []
+    for _ in range(STEPS):
+        idx = torch.randint(0, 64, (8, 16), generator=g)
+        data.append((idx, torch.roll(idx, -1, 1)))
+    ref_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.1, momentum=0.9)
+    ref_losses = []
+    for x, y in data:
+        ref_opt.zero_grad()
+        loss = cpu_model(x, y)
+        loss.backward()
+        ref_opt.step()
+        ref_losses.append(loss.item())
+    if layout == "gpt-2d":
+        mesh = xs.Mesh(np.arange(n), (2, n // 2), ("data", "model"))
+        for b in model.blocks:
+            xs.mark_sharding(b.qkv.weight, mesh, ("model", None))
+            xs.mark_sharding(b.mlp[0].weight, mesh, ("model", None))
+            xs.mark_sharding(b.proj.weight, mesh, (None, "model"))
+            xs.mark_sharding(b.mlp[2].weight, mesh, (None, "model"))
+    else:
+        mesh = xs.Mesh(np.arange(n), (n,), ("data",))
+        if layout == "gpt-fsdp":
+            for p in model.parameters():
+                if p.dim() == 2:
+                    xs.mark_sharding(p, mesh, ("data", None))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    met.clear_all()
+    losses = []
+    for x, y in data:
+        x, y = x.to(torch_xla.device()), y.to(torch_xla.device())
+        xs.mark_sharding(x, mesh, ("data", None))
+        xs.mark_sharding(y, mesh, ("data", None))
+        opt.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        xm.mark_step()
+        losses.append(loss)
+    losses = [float(v.item()) for v in losses]
+    compiles = met.metric_data("CompileTime")[0] if met.metric_data("CompileTime") else 0
+    w = model.blocks[0].qkv.weight
+    shard = api.device_array(w).addressable_shards[0].data
+    print("REPORT " + json.dumps({
+        "n": n, "losses": losses, "ref_losses": ref_losses, "compiles": compiles,
+        "max_param_diff": max(float((p.cpu() - q).abs().max())
+                              for p, q in zip(model.parameters(), cpu_model.parameters())),
+        "qkv_spec": torch_xla._XLAC._get_xla_sharding_spec(w), "qkv_shard_fraction": shard.size / w.numel()}))
+
+
 def main(layout):
+    if layout.startswith("gpt-"):
+        return gpt_main(layout)
     xr.use_spmd()
     n = xr.global_runtime_device_count()
     torch.manual_seed(0)

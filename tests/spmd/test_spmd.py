@@ -178,3 +178,16 @@ def test_fsdpv2_and_2d_examples_train_like_one_device():
     fsdpv2 = _example_losses("train_spmd_fsdpv2.py", 4)
     assert len(one) == 3 and one[-1] < one[0]
     assert np.allclose(two_d, one, atol=1e-4) and np.allclose(fsdpv2, one, atol=1e-4), (one, two_d, fsdpv2)
+
+
+@pytest.mark.parametrize("layout,devices,fraction", [("gpt-dp", 4, 1.0), ("gpt-fsdp", 4, 0.25),
+                                                     ("gpt-2d", 4, 0.5), ("gpt-fsdp", 8, 0.125)])
+def test_gpt_training_matches_cpu(layout, devices, fraction):
+    r = _report(layout, devices)
+    assert r["n"] == devices
+    for a, b in zip(r["losses"], r["ref_losses"]):
+        assert abs(a - b) < 1e-4, (r["losses"], r["ref_losses"])
+    assert r["max_param_diff"] < 1e-4
+    assert r["compiles"] <= 2, r["compiles"]
+    # measured from the JAX shard on the first device, not assumed
+    assert r["qkv_shard_fraction"] == fraction, r
