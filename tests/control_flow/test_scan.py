@@ -199,3 +199,60 @@ def test_scan_layers_trains_like_unrolled_with_one_body(dev):
     # XLA:CPU compiles the loop kernels slowly (see README): the compile time is
     # reported, not bounded
     print(f"CompileTime unrolled {t_unrolled / 1e9:.2f}s, scan_layers {t_scanned / 1e9:.2f}s")
+
+
+def test_tree_flatten_none_drops_and_restores_nones():
+    from torch_xla.experimental.scan import tree_flatten_none
+    flat, unflatten = tree_flatten_none(((1, 2), (None, 3), None))
+    assert flat == [1, 2, 3]
+    assert unflatten([4, 5, 6]) == ((4, 5), (None, 6), None)
+
+
+def test_value_and_grad_partitioned_matches_autograd():
+    from torch_xla.experimental.scan import value_and_grad_partitioned
+    dev = torch_xla.device()
+
+    def fn(carry, x):
+        h = torch.tanh(carry["h"] @ x["w"] + x["b"])
+        return {"h": h}, h.sum(1)
+
+    g = torch.Generator().manual_seed(0)
+    init = {"h": torch.randn(2, 3, generator=g)}
+    x = {"w": torch.randn(3, 3, generator=g), "b": torch.randn(3, generator=g)}
+    forward, alias_input, backward = value_and_grad_partitioned(
+        fn, {k: v.to(dev) for k, v in init.items()}, {k: v.unsqueeze(0).to(dev) for k, v in x.items()})
+    xd = {k: v.to(dev) for k, v in x.items()}
+    carry_d = {k: v.to(dev) for k, v in init.items()}
+    new_carry, (y, partial) = forward(carry_d, xd)
+    acts = alias_input(partial, xd)
+    gc, gx = backward({"h": torch.ones(2, 3, device=dev)}, (torch.ones(2, device=dev), acts))
+    # eager CPU autograd of the same step
+    c = {k: v.clone().requires_grad_() for k, v in init.items()}
+    xx = {k: v.clone().requires_grad_() for k, v in x.items()}
+    nc, yy = fn(c, xx)
+    torch.autograd.backward([nc["h"], yy], [torch.ones(2, 3), torch.ones(2)])
+    torch.testing.assert_close(new_carry["h"].cpu(), nc["h"].detach())
+    torch.testing.assert_close(y.cpu(), yy.detach())
+    torch.testing.assert_close(gc["h"].cpu(), c["h"].grad)
+    for k in ("w", "b"):
+        torch.testing.assert_close(gx[k].cpu(), xx[k].grad)
+
+
+def test_pure_fn_is_traced_once_per_signature():
+    import torch_xla.experimental.scan as scan_module
+    calls = []
+
+    def fn(carry, x):
+        calls.append(1)
+        return carry + x, x * 2
+
+    dev = torch_xla.device()
+    init, xs = torch.zeros(2, device=dev), torch.arange(6.).reshape(3, 2).to(dev)
+    for _ in range(4):
+        c, ys = scan_module.scan(fn, init, xs, is_fn_pure=True)
+    assert len(calls) == 2   # one step checked by value_and_grad_partitioned, one loop body traced
+    assert fn in scan_module._SCAN_COMPUTATION_CACHE
+    torch.testing.assert_close(c.cpu(), torch.tensor([6., 9.]))
+    torch.testing.assert_close(ys.cpu(), torch.arange(6.).reshape(3, 2) * 2)
+    scan_module.scan(fn, init, xs, is_fn_pure=False)
+    assert len(calls) == 3   # not pure: traced every time

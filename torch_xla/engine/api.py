@@ -366,10 +366,11 @@ def sharding_type(t):
     return _sh.sharding_type(t)
 # -- control flow and JAX interop (function nodes; lazy/handlers/control_flow.py) ----
 
-def scan(fn_flat, n_carry, init, xs, reverse=False):
-    """One lax.scan node: fn_flat(*carry, *x_slices) -> [*carry, *y_slices]; -> (carry, ys)."""
+def scan(fn_flat, n_carry, init, xs, reverse=False, body_cache=None):
+    """One lax.scan node: fn_flat(*carry, *x_slices) -> [*carry, *y_slices]; -> (carry, ys).
+    body_cache: a dict in which a pure fn's captured body is kept by avals."""
     from .lazy.handlers import control_flow
-    return control_flow.scan(fn_flat, n_carry, list(init), list(xs), reverse=reverse)
+    return control_flow.scan(fn_flat, n_carry, list(init), list(xs), reverse=reverse, body_cache=body_cache)
 
 
 def while_loop(cond_flat, body_flat, carried):

@@ -259,9 +259,11 @@ def _split_specs(spec, diff, fouts):
 # ---------------------------------------------------------------------------
 # scan
 
-def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn"):
+def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache=None):
     """lax.scan of fn_flat(*carry, *x_slices) -> [*new_carry, *y_slices] over the
-    leading dimension of xs (lists of XLA tensors); -> (carry list, ys list)."""
+    leading dimension of xs (lists of XLA tensors); -> (carry list, ys list).
+    `body_cache` (a dict, for functions declared pure): a captured body that closes
+    over no tensor is kept there by the avals and reused instead of tracing again."""
     length = xs[0].shape[0]
     for x in xs:
         if x.dim() == 0 or x.shape[0] != length:
@@ -269,7 +271,16 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn"):
                              f"(got {[tuple(t.shape) for t in xs]})")
     carry_avals = [t._aval for t in init]
     x_avals = [(tuple(x.shape[1:]), x.dtype) for x in xs]
-    body = capture(fn_flat, carry_avals + x_avals, name)
+    cache_key = (tuple(carry_avals), tuple(x_avals))
+    body = body_cache.get(cache_key) if body_cache is not None else None
+    cached = body is not None
+    if body is None:
+        body = capture(fn_flat, carry_avals + x_avals, name)
+        # reusable when it closes over no tensor (Python numbers it closed over are
+        # fixed for a pure fn, and are kept with it)
+        if body_cache is not None and all(t is None for t in body.ext_tensors):
+            body_cache[cache_key] = body
+            cached = True
     nc, nx = len(init), len(xs)
     got = [(tuple(s), d) for s, d in body.out_avals[:nc]]
     if got != [(tuple(s), d) for s, d in carry_avals]:
@@ -295,7 +306,8 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn"):
                 carry_avals + [x._aval for x in xs] + list(body.ext_avals),
                 carry_avals + y_avals)
     operands = list(init) + list(xs) + body.ext_operands()
-    _release(body)
+    if not cached:
+        _release(body)
     outs = apply(spec, operands)
     return outs[:nc], outs[nc:]
 
