@@ -320,3 +320,23 @@ def _deactivate_preemption_sync_manager():
 def _sync_point_reached(step):
     """True once a SIGTERM arrived while the preemption sync manager was active."""
     return _Preemption.noticed
+
+
+# -- placeholders ------------------------------------------------------------------
+
+def _is_placecholder(t):   # upstream's spelling
+    """True for a tensor made by xla_builder.create_placeholder_tensor (no data)."""
+    return _api.is_placeholder(t)
+
+
+def _get_tensors_handle(tensors):
+    """An opaque handle per tensor, distinct for distinct device data (placeholders
+    included): the identity of the data leaf each reads."""
+    out = []
+    for t in tensors:
+        base = t if getattr(t, "_xb", None) is None else t._xb
+        v = getattr(base, "_v", None)
+        if v is None:
+            raise RuntimeError("_get_tensors_handle: not an XLA tensor")
+        out.append(id(v[0]))
+    return out

@@ -2,6 +2,7 @@
 import re
 import time
 
+import pytest
 import torch
 
 import torch_xla
@@ -86,3 +87,38 @@ def test_sync_and_wait(dev):
     torch_xla.sync()
     xm.wait_device_ops()
     assert y.cpu().tolist() == [4.0, 4.0, 4.0]
+
+
+def test_backends_mat_mul_precision(caplog):
+    import logging
+    import torch_xla.backends as backends
+    old = backends.get_mat_mul_precision()
+    try:
+        with caplog.at_level(logging.WARNING, logger=backends.logger.name):
+            backends.set_mat_mul_precision("highest")
+        assert backends.get_mat_mul_precision() == "highest"
+        assert backends._WARNING_MESSAGE in caplog.text
+        with pytest.raises(ValueError, match="Invalid mat mul precision"):
+            backends.set_mat_mul_precision("BAD VALUE")
+    finally:
+        backends.set_mat_mul_precision(old)
+
+
+def test_placeholder_tensors_trace_but_never_run():
+    import torch_xla.debug.metrics as met
+    from torch_xla.core.xla_builder import create_placeholder_tensor
+    met.clear_all()
+    p1 = create_placeholder_tensor((2, 3), torch.bfloat16)
+    p2 = create_placeholder_tensor((3, 4), torch.bfloat16)
+    assert p1.device == torch_xla.device() and p1.dtype == torch.bfloat16 and p1.shape == (2, 3)
+    assert torch_xla._XLAC._is_placecholder(p1)
+    assert not torch_xla._XLAC._is_placecholder(torch.ones(1, device=torch_xla.device()))
+    h1, h2 = torch_xla._XLAC._get_tensors_handle([p1, p2])
+    assert h1 != h2
+    b = (torch.sin(p1) @ p2) @ p2.T
+    ir = torch_xla._XLAC._get_xla_tensors_text([b])
+    assert ir.count("xla::device_data()") == 2   # p2 used twice: still one parameter
+    assert "bf16[2,3]{1,0} xla::device_data()" in ir and "bf16[3,4]{1,0} xla::device_data()" in ir
+    assert not met.metric_data("TransferToDeviceTime")   # tracing moved nothing to the device
+    with pytest.raises(RuntimeError, match="placeholder tensor .* has no data"):
+        b.cpu()

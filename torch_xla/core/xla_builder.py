@@ -565,3 +565,11 @@ def get_computation_hlo(computation):
     """StableHLO text of a Computation (JAX lowering at its parameter shapes)."""
     args = [jax.ShapeDtypeStruct(s.sizes, _jnp_dtype(s.dtype)) for s in computation.shapes]
     return jax.jit(computation.jax_function()).lower(*args).as_text()
+
+
+def create_placeholder_tensor(shape, dtype):
+    """An XLA tensor of `shape` and `dtype` that holds no data: graphs can be traced
+    over it (it becomes a parameter, and nothing is transferred to the device),
+    but computing with it or reading it raises RuntimeError."""
+    from torch_xla.engine import api
+    return api.placeholder_tensor(tuple(shape), dtype)

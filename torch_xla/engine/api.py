@@ -366,6 +366,21 @@ def sharding_type(t):
     return _sh.sharding_type(t)
 # -- control flow and JAX interop (function nodes; lazy/handlers/control_flow.py) ----
 
+def placeholder_tensor(shape, dtype):
+    """An XLA tensor of that shape and dtype with no data: it traces like device
+    data (a graph parameter) but cannot be computed or read."""
+    from .lazy.subgraph import placeholder
+    return placeholder((tuple(shape), dtype))
+
+
+def is_placeholder(t):
+    """Whether t (a base tensor) is a data leaf without data (a placeholder)."""
+    from .ir import node as ir
+    base = t if getattr(t, "_xb", None) is None else t._xb
+    v = getattr(base, "_v", None)
+    return v is not None and v[0].kind == ir.DATA and v[0].data is None
+
+
 def scan(fn_flat, n_carry, init, xs, reverse=False, body_cache=None):
     """One lax.scan node: fn_flat(*carry, *x_slices) -> [*carry, *y_slices]; -> (carry, ys).
     body_cache: a dict in which a pure fn's captured body is kept by avals."""

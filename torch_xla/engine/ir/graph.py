@@ -192,8 +192,14 @@ class Graph:
         return [np.asarray(by[p], dtype=p) for p in sorted(by)]
 
     def inputs(self):
-        """The arrays fed to the compiled program: parameters, then scalar pools."""
-        return [p.data for p in self.params] + self.pool_arrays()
+        """The arrays fed to the compiled program: parameters, then scalar pools.
+        A placeholder leaf (shape and dtype, no data) can be traced, never run."""
+        arrays = [p.data for p in self.params]
+        for p, a in zip(self.params, arrays):
+            if a is None:
+                raise RuntimeError(f"torch_xla: a placeholder tensor ({xla_shape(*p.entry)}) has no data: "
+                                   "it can be traced (graph text, HLO) but not computed or read")
+        return arrays + self.pool_arrays()
 
     def input_specs(self, to_jax):
         """Abstract inputs (jax.ShapeDtypeStruct) for lowering without running;
