@@ -112,26 +112,54 @@ def jax_mnist(batch):
     return _sgd_momentum(loss_fn), (params, bufs, x, y)
 
 
-def torch_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2):
+def torch_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, blocks="torch"):
     """A small causal decoder (token + position embeddings, pre-norm blocks,
     tied output head); its loss is token cross-entropy, so both the embedding
-    gathers and the loss's target gather are index-checked."""
+    gathers and the loss's target gather are index-checked.
+
+    blocks="torch": nn.TransformerEncoderLayer. blocks="explicit": the same
+    block written out batch-first, as jax_gpt and most GPT code write it.
+    nn.MultiheadAttention works sequence-first and flattens (seq, batch) with
+    the batch as the minor dimension, which a batch-sharded SPMD program can
+    only follow by all-gathering the batch, so SPMD benchmarks use "explicit"."""
     import torch
     import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, h, mask):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(self.ln1(h)).split(d, dim=-1)
+            q, k, v = (z.reshape(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            att = torch.softmax(q @ k.transpose(-1, -2) / (d // heads) ** 0.5 + mask, dim=-1)
+            h = h + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+            return h + self.down(torch.relu(self.up(self.ln2(h))))
 
     class Decoder(nn.Module):
         def __init__(self):
             super().__init__()
             self.tok = nn.Embedding(vocab, d)
             self.pos = nn.Embedding(seq, d)
-            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
-            self.blocks = nn.TransformerEncoder(layer, layers)
+            if blocks == "explicit":
+                self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            else:
+                layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+                self.blocks = nn.TransformerEncoder(layer, layers)
             self.norm = nn.LayerNorm(d)
             self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
 
         def forward(self, idx):
             h = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-            h = self.blocks(h, mask=self.mask, is_causal=True)
+            if blocks == "explicit":
+                for blk in self.blocks:
+                    h = blk(h, self.mask)
+            else:
+                h = self.blocks(h, mask=self.mask, is_causal=True)
             return self.norm(h) @ self.tok.weight.t()
 
     def loss_fn(logits, target):

@@ -123,8 +123,10 @@ def compile(f=None, full_graph=False, name=None, max_different_graphs=None,  # n
     if name is None and f is not None:
         name = getattr(f, "__name__", None) or str(f)
     if f is None:
-        if replay:
-            raise ValueError("torch_xla.compile(replay=True) needs a function (decorator form)")
+        if replay:   # @torch_xla.compile(replay=True): a decorator, not a context
+            return functools.partial(compile, full_graph=full_graph, name=name,
+                                     max_different_graphs=max_different_graphs,
+                                     num_different_graphs_allowed=num_different_graphs_allowed, replay=True)
         return _CompileContext(full_graph, name, limit)
     ctx = _CompileContext(full_graph, name, limit)
     if replay:

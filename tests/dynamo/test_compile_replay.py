@@ -122,9 +122,17 @@ def test_dropout_draws_new_masks_on_replay(dev):
     assert not torch.equal(outs[3], outs[4])
 
 
-def test_replay_needs_decorator_form():
-    with pytest.raises(ValueError, match="needs a function"):
-        torch_xla.compile(replay=True)
+def test_replay_with_no_function_is_a_decorator(dev):
+    @torch_xla.compile(replay=True)
+    def twice(x):
+        return x * 2
+
+    r0, t0 = _counts()
+    for _ in range(4):
+        x = torch.randn(5)
+        torch.testing.assert_close(twice(x.to(dev)).cpu(), x * 2)
+    r1, t1 = _counts()
+    assert (r1 - r0, t1 - t0) == (2, 2)
 
 
 def test_graph_limit_and_full_graph_hold_with_replay(dev):

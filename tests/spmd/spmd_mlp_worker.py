@@ -2,7 +2,7 @@
 report comparing it with the same training in eager PyTorch on the CPU.
 
 Run by test_spmd.py in a subprocess (CPU_NUM_DEVICES must be set before JAX
-starts): python spmd_mlp_worker.py dp|fsdp|2d|loader|fsdpv2, or gpt-dp|gpt-fsdp|gpt-2d
+starts): python spmd_mlp_worker.py dp|fsdp|2d|loader|fsdpv2|dp-compiled, or gpt-dp|gpt-fsdp|gpt-2d
 for the small GPT decoder of tests/models/nets.py.
 """
 import copy
@@ -125,7 +125,7 @@ def main(layout):
     ref_losses = reference(cpu_model, data)
 
     marks = {}
-    if layout in ("dp", "loader"):
+    if layout in ("dp", "loader", "dp-compiled"):
         mesh = xs.Mesh(np.arange(n), (n,), ("data",))
         in_spec = ("data", None)
     elif layout == "fsdp":
@@ -173,6 +173,8 @@ def main(layout):
         opt.step()
         return loss
 
+    if layout == "dp-compiled":
+        step = torch_xla.compile(step, replay=True)
     if loader is not None:
         for x, y in loader:
             input_specs.append(torch_xla._XLAC._get_xla_sharding_spec(x))
@@ -200,6 +202,7 @@ def main(layout):
         "max_param_diff": max_param_diff, "specs_before": specs_before,
         "specs_after": {name: torch_xla._XLAC._get_xla_sharding_spec(params[name]) for name in marks},
         "input_specs": input_specs, "per_device": per_device, "output_specs": output_specs,
+        "replayed": met.counter_value("CompiledFnReplayed") or 0,
     }))
 
 

@@ -75,6 +75,17 @@ def test_training_matches_cpu(layout, devices):
         assert r["specs_before"]["fc1.weight"] == "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}"
 
 
+def test_compiled_step_replays_under_spmd():
+    # torch_xla.compile(replay=True): after two traced calls the sharded step
+    # replays its executable, and training still matches eager CPU
+    r = _report("dp-compiled", 4)
+    _check_training(r)
+    # step 1 creates the momentum buffers, so steps 2 and 3 trace the steady
+    # graph twice before it is trusted; steps 4 and 5 replay
+    assert r["replayed"] == 2
+    assert r["input_specs"][0] == "{devices=[4,1]0,1,2,3}"
+
+
 def test_mp_device_loader_input_sharding():
     r = _report("loader", 4)
     _check_training(r)
@@ -116,6 +127,54 @@ def test_xla_use_spmd_env():
     p = _run(["-c", SNIPPET_ENV], 4, {"XLA_USE_SPMD": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split() == ["{devices=[4]0,1,2,3}", "56.0"], p.stdout
+
+
+SNIPPET_REPORT = """
+import numpy as np, torch, torch.nn as nn, torch_xla, torch_xla.runtime as xr
+import torch_xla.distributed.spmd as xs, torch_xla.core.xla_model as xm
+xr.use_spmd()
+mesh = xs.Mesh(np.arange(4), (4,), ("d",))
+model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 8)).to(torch_xla.device())
+xs.mark_sharding(model[0].weight, mesh, (None, "d"))  # the contracting dim: gathered every step
+x = torch.randn(16, 512).to(torch_xla.device())
+xs.mark_sharding(x, mesh, ("d", None))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+opt.zero_grad(); model(x).sum().backward(); opt.step(); xm.mark_step()
+"""
+
+
+def test_spmd_debug_report_names_sharded_inputs_collectives_and_gathered_weights():
+    p = _run(["-c", SNIPPET_REPORT], 4, {"XLA_SPMD_DEBUG": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [ln[len("SPMD Analysis: "):] for ln in p.stderr.splitlines() if ln.startswith("SPMD Analysis: ")]
+    assert "sharded inputs: 2 (replicated: 3)" in lines, lines
+    assert ("  model.0.weight f32[1024, 512] {devices=[1,4]0,1,2,3} 512.0 KB per device "
+            "(annotated at <string>:7 in <module>)") in lines, lines
+    assert any(ln.startswith("  x f32[16, 512] {devices=[4,1]0,1,2,3} 8.0 KB per device") for ln in lines)
+    coll = [ln for ln in lines if ln.startswith("collectives per step: ")]
+    assert coll and "all-gather x1 2.0 MB" in coll[0], coll
+    warn = [ln for ln in lines if ln.startswith("WARNING: model.0.weight ")]
+    assert warn and "all-gathered whole every step (2.0 MB per device); annotated at <string>:7" in warn[0], lines
+    # nothing is printed without the switch
+    q = _run(["-c", SNIPPET_REPORT], 4)
+    assert q.returncode == 0 and "SPMD Analysis" not in q.stderr
+
+
+def test_collectives_are_read_from_compiled_hlo():
+    from torch_xla.engine.observe.spmd_report import collectives
+    hlo = "\n".join([
+        "  %all-gather = f32[512,1024]{1,0} all-gather(%t), channel_id=1, dimensions={0}",
+        "  %all-reduce.3 = (f32[8,1024]{1,0}, bf16[16]{0}) all-reduce(%a, %b), channel_id=2",
+        "  %ags = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(%c), dimensions={0}",
+        "  ROOT %rs = s32[2]{0} reduce-scatter(%d), dimensions={0}",
+        "  %add = f32[8]{0} add(%e, %f)",
+    ])
+    assert collectives(hlo) == [
+        ("all-gather", [("f32", (512, 1024))], 512 * 1024 * 4),
+        ("all-reduce", [("f32", (8, 1024)), ("bf16", (16,))], 8 * 1024 * 4 + 32),
+        ("all-gather", [("f32", (16, 8))], 16 * 8 * 4),
+        ("reduce-scatter", [("s32", (2,))], 8),
+    ]
 
 
 def test_without_spmd_sharding_raises():

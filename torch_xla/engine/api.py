@@ -16,6 +16,7 @@ from .lazy import executor as _executor
 from .lazy import mode as _mode
 from .lazy.handlers import random as _random
 from .observe import debug as _debug
+from .observe import spmd_report as _spmd_report
 from .observe import graph_dump as _dump
 from .ops import collectives as collective_ops  # noqa: F401  (the collective op descriptors)
 from .runtime import distributed  # noqa: F401  (joining a multi-process job)
@@ -38,6 +39,7 @@ def start():
     from .compile import job  # noqa: F401  (the multi-process strategy and its watchdog)
     from .compile import spmd  # noqa: F401  (the SPMD strategy)
     _debug.install()
+    _spmd_report.install()
     _persistent.from_env()
     if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
         _mode.set_eager(True)

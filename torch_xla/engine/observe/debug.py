@@ -496,15 +496,27 @@ def _fmt_src(src):
 def _input_names(g):
     """Names of graph inputs in the user's frames: local tensors, module
     parameters and buffers (model.fc.weight), items of local lists/tuples/dicts."""
+    return {i: nt[0] for i, nt in _input_tensors(g).items()}
+
+
+def _input_tensors(g):
+    """{input index: (name, tensor)} for the graph inputs found in the user's frames."""
     import torch
     want = {id(p): i for i, p in enumerate(g.params)}
     names = {}
 
     def visit(name, obj, depth=0):
         if isinstance(obj, torch.Tensor):
-            v = getattr(obj, "_v", None)
-            if v is not None and getattr(obj, "_xb", None) is None and id(v[0]) in want:
-                names.setdefault(want[id(v[0])], name)
+            if not hasattr(obj, "_xb"):
+                return
+            # a base tensor, or an alias of a whole base (a Parameter moved by Module.to)
+            base = obj if obj._xb is None else (obj._xb if not obj._chain else None)
+            if base is None:
+                return
+            # its current data, or the data it held before this step's update
+            for node in (base._v[0], getattr(base, "_last_data", None)):
+                if id(node) in want:
+                    names.setdefault(want[id(node)], (name, obj))
         elif isinstance(obj, torch.nn.Module) and depth == 0:
             for pn, p in list(obj.named_parameters()) + list(obj.named_buffers()):
                 visit(f"{name}.{pn}", p, 1)

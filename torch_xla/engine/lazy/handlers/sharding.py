@@ -10,6 +10,7 @@ XLAShardedTensor; `clear(t)` forgets it and makes the value replicated again.
 """
 import torch
 
+from ...base import frames
 from ...ir import node as ir
 from ...ops.op import OpInfo
 from ...runtime import topology
@@ -64,8 +65,10 @@ def _place(t, sharding, remember):
 
 
 def annotate(t, sharding):
-    """Lay t out as `sharding` (see the module docstring)."""
+    """Lay t out as `sharding` (see the module docstring). Remembers the user's
+    line, which the SPMD report names when the annotation costs an all-gather."""
     _place(t, sharding, sharding)
+    t._sharding_site = _whole(t)._sharding_site = frames.user_src(2)
 
 
 def constrained(t, sharding):
