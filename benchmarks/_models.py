@@ -55,7 +55,7 @@ def _sgd_momentum(loss_fn, lr=0.01, mom=0.9):
     return step
 
 
-def jax_mlp(batch, width=512, layers=4, classes=10):
+def jax_mlp(batch, width=512, layers=4, classes=10, with_loss=False):
     import jax
     import jax.numpy as jnp
     rng = np.random.default_rng(0)
@@ -77,10 +77,11 @@ def jax_mlp(batch, width=512, layers=4, classes=10):
     x = jnp.asarray(rng.standard_normal((batch, width), np.float32))
     y = jnp.asarray(rng.integers(0, classes, batch))
     bufs = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return _sgd_momentum(loss_fn), (params, bufs, x, y)
+    out = _sgd_momentum(loss_fn), (params, bufs, x, y)
+    return out + (loss_fn,) if with_loss else out
 
 
-def jax_mnist(batch):
+def jax_mnist(batch, with_loss=False):
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -109,7 +110,8 @@ def jax_mnist(batch):
     x = jnp.asarray(rng.standard_normal((batch, 1, 28, 28), np.float32))
     y = jnp.asarray(rng.integers(0, 10, batch))
     bufs = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return _sgd_momentum(loss_fn), (params, bufs, x, y)
+    out = _sgd_momentum(loss_fn), (params, bufs, x, y)
+    return out + (loss_fn,) if with_loss else out
 
 
 def torch_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, blocks="torch"):
@@ -170,11 +172,12 @@ def torch_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, blocks="torch"
     return Decoder(), tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous(), loss_fn
 
 
-def jax_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, compute_dtype=None):
+def jax_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, compute_dtype=None, with_loss=False):
     """The same decoder as torch_gpt (pre-norm blocks, ReLU feed-forward, biased
     projections, tied head) in pure JAX, trained with AdamW (hand-written: no
     optax here). -> (jitted step(state) -> state, state); compute_dtype=bfloat16
-    casts the parameters for the forward pass as autocast does."""
+    casts the parameters for the forward pass as autocast does; with_loss: also
+    the loss function loss(params, idx, tgt)."""
     import jax
     import jax.numpy as jnp
     rng = np.random.default_rng(0)
@@ -182,14 +185,18 @@ def jax_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, compute_dtype=No
     def r(*s, scale=0.02):
         return jnp.asarray(rng.standard_normal(s, np.float32) * scale)
 
+    # explicit float32 everywhere: torch_xla turns on jax_enable_x64, under which
+    # jnp.ones / jnp.full default to float64 when this runs in the same process
+    f32 = jnp.float32
+
     def block():
-        return {"ln1": (jnp.ones(d), jnp.zeros(d)), "ln2": (jnp.ones(d), jnp.zeros(d)),
-                "qkv": (r(d, 3 * d), jnp.zeros(3 * d)), "proj": (r(d, d), jnp.zeros(d)),
-                "up": (r(d, 4 * d), jnp.zeros(4 * d)), "down": (r(4 * d, d), jnp.zeros(d))}
+        return {"ln1": (jnp.ones(d, f32), jnp.zeros(d, f32)), "ln2": (jnp.ones(d, f32), jnp.zeros(d, f32)),
+                "qkv": (r(d, 3 * d), jnp.zeros(3 * d, f32)), "proj": (r(d, d), jnp.zeros(d, f32)),
+                "up": (r(d, 4 * d), jnp.zeros(4 * d, f32)), "down": (r(4 * d, d), jnp.zeros(d, f32))}
 
     params = {"tok": r(vocab, d), "pos": r(seq, d), "blocks": [block() for _ in range(layers)],
-              "norm": (jnp.ones(d), jnp.zeros(d))}
-    mask = jnp.triu(jnp.full((seq, seq), -jnp.inf), 1)
+              "norm": (jnp.ones(d, f32), jnp.zeros(d, f32))}
+    mask = jnp.triu(jnp.full((seq, seq), -jnp.inf, f32), 1)
 
     def ln(x, p):
         mu = x.mean(-1, keepdims=True)
@@ -201,7 +208,7 @@ def jax_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, compute_dtype=No
         q, k, v = jnp.split(x @ p["qkv"][0] + p["qkv"][1], 3, axis=-1)
         split = lambda z: z.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3)  # noqa: E731
         q, k, v = split(q), split(k), split(v)
-        att = jax.nn.softmax((q @ k.transpose(0, 1, 3, 2)) / np.sqrt(d // heads) + mask, axis=-1)
+        att = jax.nn.softmax((q @ k.transpose(0, 1, 3, 2)) / float(np.sqrt(d // heads)) + mask, axis=-1)
         out = (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
         return out @ p["proj"][0] + p["proj"][1]
 
@@ -234,7 +241,7 @@ def jax_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, compute_dtype=No
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     state = (params, zeros, zeros, jnp.zeros((), jnp.float32),
              jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:]))
-    return step, state
+    return (step, state, loss_fn) if with_loss else (step, state)
 
 
 def param_count(model):

@@ -1,14 +1,15 @@
 """Steps that skip Python tracing, side by side in one run.
 
-[training] one SGD-momentum step of the MLP and the MNIST CNN:
+[training] one step of the MLP and the MNIST CNN (SGD momentum) and of a small GPT
+(AdamW), and [inference] the loss of one forward pass of each, five ways:
   * lazy: per-op tracing every step, then xm.mark_step() (the cached executable runs)
-  * torch_xla.compile(step, replay=True): the step's executable replayed, no tracing
-  * torch.compile(model, backend="openxla") with the optimizer step compiled too:
-    forward, backward and optimizer graphs replayed by the dynamo bridge
-  * pure JAX: jax.jit(value_and_grad + SGD momentum), the same shapes
+  * torch_xla.compile(fn, replay=True): the step's executable replayed, no tracing
+  * torch.compile(backend="openxla") (training: model and optimizer step compiled;
+    forward, backward and optimizer graphs replayed by the dynamo bridge) or
+    backend="openxla_eval" (inference)
+  * pure JAX: jax.jit of the same model and step, the same shapes
   * eager PyTorch on the CPU
-[inference] a small GPT, batch 1: lazy tracing vs torch.compile(backend="openxla_eval")
-  and torch_xla.compile(forward, replay=True).
+[inference, batch 1] GPT next-token logits: lazy tracing vs openxla_eval and replay.
 
 The machine is noisy: the competitors are timed round-robin (5 rounds of N
 steps each) and each keeps its best round, so load drifts hit all alike.
@@ -24,7 +25,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_core import _torch_step  # noqa: E402
 from _models import torch_mlp, torch_mnist  # noqa: E402
 
 
@@ -56,31 +56,85 @@ def race(competitors, n, rounds=5, warmup=4):
     return best
 
 
+TRAIN = (("mlp", 256, "MLP 4x512, batch 256"), ("mnist", 64, "MNIST CNN, batch 64"),
+         ("gpt", 8, "GPT 2x128, 64 tok, batch 8"))
+
+
+def _parts(kind, batch, on_xla):
+    """(model, data, target, loss_fn, optimizer), on the XLA device or the CPU. The MLP
+    and the CNN train with SGD momentum, the GPT with AdamW (its step count on the
+    device when on XLA, so a replayed step is exact), as their JAX versions do."""
+    import torch
+    from _models import torch_gpt
+    if kind == "gpt":
+        model, data, target, loss_fn = torch_gpt(batch, blocks="explicit")
+    else:
+        model, data, target, loss_fn = (torch_mlp if kind == "mlp" else torch_mnist)(batch)
+    if on_xla:
+        import torch_xla
+        dev = torch_xla.device()
+        model, data, target = model.to(dev), data.to(dev), target.to(dev)
+    if kind == "gpt":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, capturable=on_xla)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return model, data, target, loss_fn, opt
+
+
 def lazy_step(kind, batch):
     import torch_xla.core.xla_model as xm
-    return _torch_step(kind, batch, True), xm.wait_device_ops
+    model, data, target, loss_fn, opt = _parts(kind, batch, True)
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(data), target).backward()
+        opt.step()
+        xm.mark_step()
+    return step, xm.wait_device_ops
 
 
 def jax_step(kind, batch):
     import jax
-    from _models import jax_mlp, jax_mnist
-    step_fn, state = (jax_mlp if kind == "mlp" else jax_mnist)(batch)
-    holder = {"s": state}
+    from _models import jax_gpt, jax_mlp, jax_mnist
+    if kind == "gpt":
+        step_fn, state = jax_gpt(batch)
+        holder = {"s": state}
 
-    def step():
-        holder["s"] = step_fn(*holder["s"])
+        def step():
+            holder["s"] = step_fn(holder["s"])
+    else:
+        step_fn, state = (jax_mlp if kind == "mlp" else jax_mnist)(batch)
+        holder = {"s": state}
+
+        def step():
+            holder["s"] = step_fn(*holder["s"])
     return step, lambda: jax.block_until_ready(holder["s"])
 
 
 def eager_step(kind, batch):
-    return _torch_step(kind, batch, False), lambda: None
+    model, data, target, loss_fn, opt = _parts(kind, batch, False)
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(data), target).backward()
+        opt.step()
+    return step, lambda: None
+
+
+def _until_replayed(fn, counter, per_call=1, calls=6):
+    import torch_xla.debug.metrics as met
+    for _ in range(calls):   # replay starts once two traced calls captured the same graph
+        r0 = met.counter_value(counter) or 0
+        fn()
+        if (met.counter_value(counter) or 0) == r0 + per_call:
+            return
+    raise AssertionError(f"no replay: {counter} did not grow by {per_call}")
 
 
 def compile_replay_step(kind, batch):
     import torch_xla
     import torch_xla.core.xla_model as xm
-    import torch_xla.debug.metrics as met
-    model, data, target, loss_fn, opt = _xla_setup(kind, batch)
+    model, data, target, loss_fn, opt = _parts(kind, batch, True)
 
     def step(x, y):
         opt.zero_grad()
@@ -90,21 +144,14 @@ def compile_replay_step(kind, batch):
         return loss
 
     step = torch_xla.compile(step, replay=True)
-    for _ in range(6):   # replay starts once two traced calls captured the same graph
-        r0 = met.counter_value("CompiledFnReplayed") or 0
-        step(data, target)
-        if (met.counter_value("CompiledFnReplayed") or 0) == r0 + 1:
-            break
-    else:
-        raise AssertionError("torch_xla.compile replay did not engage")
+    _until_replayed(lambda: step(data, target), "CompiledFnReplayed")
     return (lambda: step(data, target)), xm.wait_device_ops
 
 
 def dynamo_train_step(kind, batch):
     import torch
     import torch_xla.core.xla_model as xm
-    import torch_xla.debug.metrics as met
-    model, data, target, loss_fn, opt = _xla_setup(kind, batch)
+    model, data, target, loss_fn, opt = _parts(kind, batch, True)
     cmodel = torch.compile(model, backend="openxla")
     copt_step = torch.compile(opt.step, backend="openxla")
 
@@ -113,13 +160,91 @@ def dynamo_train_step(kind, batch):
         loss_fn(cmodel(data), target).backward()
         copt_step()
 
-    for _ in range(3):
+    for _ in range(2):
         step()
-    r0 = met.counter_value("DynamoReplayedGraph") or 0
-    step()
-    replayed = (met.counter_value("DynamoReplayedGraph") or 0) - r0
-    assert replayed == 3, f"openxla: {replayed} of 3 graphs replayed"
+    _until_replayed(step, "DynamoReplayedGraph", per_call=3, calls=3)
     return step, xm.wait_device_ops
+
+
+# inference: the loss of one forward pass, no gradients
+
+def _loss_of(model, loss_fn):
+    def f(x, y):
+        return loss_fn(model(x), y)
+    return f
+
+
+def lazy_infer(kind, batch):
+    import torch
+    import torch_xla.core.xla_model as xm
+    model, data, target, loss_fn, _ = _parts(kind, batch, True)
+    f = _loss_of(model.eval(), loss_fn)
+    held = {}
+
+    def step():
+        with torch.no_grad():
+            held["out"] = f(data, target)   # alive at the barrier, so it is computed
+        xm.mark_step()
+    return step, xm.wait_device_ops
+
+
+def replay_infer(kind, batch):
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    model, data, target, loss_fn, _ = _parts(kind, batch, True)
+    f = torch_xla.compile(_loss_of(model.eval(), loss_fn), replay=True)
+    held = {}
+
+    def step():
+        with torch.no_grad():
+            held["out"] = f(data, target)
+    _until_replayed(step, "CompiledFnReplayed")
+    return step, xm.wait_device_ops
+
+
+def dynamo_infer(kind, batch):
+    import torch
+    import torch_xla.core.xla_model as xm
+    model, data, target, loss_fn, _ = _parts(kind, batch, True)
+    f = torch.compile(_loss_of(model.eval(), loss_fn), backend="openxla_eval")
+    held = {}
+
+    def step():
+        with torch.no_grad():
+            held["out"] = f(data, target)
+    for _ in range(2):
+        step()
+    _until_replayed(step, "DynamoReplayedGraph", calls=2)
+    return step, xm.wait_device_ops
+
+
+def jax_infer(kind, batch):
+    import jax
+    from _models import jax_gpt, jax_mlp, jax_mnist
+    if kind == "gpt":
+        _, state, loss_fn = jax_gpt(batch, with_loss=True)
+        args = (state[0], state[4], state[5])
+    else:
+        _, (params, _, x, y), loss_fn = (jax_mlp if kind == "mlp" else jax_mnist)(batch, with_loss=True)
+        args = (params, x, y)
+    f = jax.jit(loss_fn)
+    holder = {}
+
+    def step():
+        holder["out"] = f(*args)
+    return step, lambda: jax.block_until_ready(holder.get("out"))
+
+
+def eager_infer(kind, batch):
+    import torch
+    model, data, target, loss_fn, _ = _parts(kind, batch, False)
+    f = _loss_of(model.eval(), loss_fn)
+
+    def step():
+        with torch.no_grad():
+            f(data, target)
+    return step, lambda: None
 
 
 def _gpt(vocab=256, d=128, heads=4, layers=4, ctx=64):
@@ -176,8 +301,10 @@ def bench_gpt_inference(steps, **size):
         for got in (got_lazy, got_dyn):
             torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-4, atol=1e-4)
 
+        held = {}
+
         def lazy():
-            model(idx)
+            held["out"] = model(idx)   # alive at the barrier, so it is computed
             xm.mark_step()
 
         replayed = torch_xla.compile(lambda i: model(i), replay=True)
@@ -200,18 +327,32 @@ def main():
     torch._dynamo.config.cache_size_limit = 64
     print(f"machine: {os.cpu_count()} cores; torch_xla on JAX {jax.__version__}; ms per step, best of 5 round-robin runs")
 
-    print("\n[training step] SGD momentum")
-    print(f"  {'model':<24}{'lazy':>9}{'compile':>9}{'openxla':>9}{'JAX':>9}{'eager':>9}"
-          f"{'compile/JAX':>13}{'openxla/JAX':>13}{'lazy/JAX':>10}")
-    for kind, batch, name in (("mlp", 256, "MLP 4x512, batch 256"), ("mnist", 64, "MNIST CNN, batch 64")):
-        t = race({"lazy": lazy_step(kind, batch), "compile": compile_replay_step(kind, batch),
-                  "openxla": dynamo_train_step(kind, batch), "jax": jax_step(kind, batch),
-                  "eager": eager_step(kind, batch)}, steps)
-        lz, rp, dy, jx, ea = (t[k] for k in ("lazy", "compile", "openxla", "jax", "eager"))
-        print(f"  {name:<24}{lz*1e3:>9.2f}{rp*1e3:>9.2f}{dy*1e3:>9.2f}{jx*1e3:>9.2f}{ea*1e3:>9.2f}"
-              f"{rp/jx:>13.2f}{dy/jx:>13.2f}{lz/jx:>10.2f}")
+    cols = ("lazy", "compile", "openxla", "jax", "eager")
+    head = (f"  {'model':<28}{'lazy':>9}{'compile':>9}{'openxla':>9}{'JAX':>9}{'eager':>9}"
+            f"{'compile/JAX':>13}{'openxla/JAX':>13}{'lazy/JAX':>10}")
+
+    def row(name, t):
+        lz, rp, dy, jx, ea = (t[k] for k in cols)
+        print(f"  {name:<28}{lz*1e3:>9.2f}{rp*1e3:>9.2f}{dy*1e3:>9.2f}{jx*1e3:>9.2f}{ea*1e3:>9.2f}"
+              f"{rp/jx:>13.2f}{dy/jx:>13.2f}{lz/jx:>10.2f}", flush=True)
+
+    print("\n[training step] MLP and CNN: SGD momentum; GPT: AdamW")
+    print(head)
+    for kind, batch, name in TRAIN:
+        row(name, race({"lazy": lazy_step(kind, batch), "compile": compile_replay_step(kind, batch),
+                        "openxla": dynamo_train_step(kind, batch), "jax": jax_step(kind, batch),
+                        "eager": eager_step(kind, batch)}, steps))
     print("  compile = torch_xla.compile(step, replay=True); openxla = torch.compile(model) and "
           "torch.compile(opt.step); target compile/JAX <= 1.05")
+
+    print("\n[inference] the loss of one forward pass, no gradients")
+    print(head)
+    for kind, batch, name in TRAIN:
+        row(name, race({"lazy": lazy_infer(kind, batch), "compile": replay_infer(kind, batch),
+                        "openxla": dynamo_infer(kind, batch), "jax": jax_infer(kind, batch),
+                        "eager": eager_infer(kind, batch)}, steps))
+    print("  compile = torch_xla.compile(forward, replay=True); openxla = torch.compile(forward, "
+          "backend=\"openxla_eval\")")
 
     print("\n[inference] GPT, batch 1, next-token logits over the whole context")
     for name, size in (("small GPT: 2 layers, d=64, 32 tokens", dict(d=64, layers=2, ctx=32)),

@@ -107,7 +107,7 @@ class CompiledGraph:
         entry = self.steps.get(sig)
         if entry is not None:
             step, kind = entry
-            if step.replayable:
+            if step.replayable and (not step.views or step.accepts(args)):
                 if config.skip_input_data_check:
                     _refuse_pending_inputs(args)
                 _metrics.counter("DynamoReplayedGraph")

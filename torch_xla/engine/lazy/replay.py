@@ -48,10 +48,15 @@ def _base(t):
     return t._xb if not t._chain else None
 
 
+def _root(t):
+    """The base tensor whose storage t reads (t itself for a base)."""
+    return t if t._xb is None else t._xb
+
+
 class Step:
     """One captured graph: outputs and in-place writes of a function of tensors."""
     __slots__ = ("graph", "exe", "param_src", "n_mut", "mut_index", "out_avals", "mut_avals",
-                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra", "pools")
+                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra", "pools", "views")
 
     @classmethod
     def capture(cls, fn, args):
@@ -61,11 +66,15 @@ class Step:
         from . import executor
         st = cls()
         st.pools = None
-        tensors = [(i, _base(a)) for i, a in enumerate(args) if isinstance(a, tensor.XLATensor)]
-        views = [i for i, b in tensors if b is None]
+        # a view argument (AOTAutograd hands the backward views of the forward's
+        # outputs) is read through its base: the graph's leaf is the base's data
+        # and the view's steps are ops of the graph, so a replay binds the base
+        # and checks that the argument is the same view of a base of the same aval
+        tensors = [(i, _root(a)) for i, a in enumerate(args) if isinstance(a, tensor.XLATensor)]
+        st.views = tuple((i, args[i]._chain, args[i]._xb._aval) for i, b in tensors if _base(args[i]) is None)
         bases = {}
         for i, b in tensors:
-            if b is not None and id(b) not in bases:
+            if id(b) not in bases:
                 bases[id(b)] = (i, b)
         # arguments must be device data: their data nodes are the graph's inputs
         pend = [b for _, b in bases.values() if b._v[0].kind == ir.OP]
@@ -85,12 +94,13 @@ class Step:
             outs = [outs]
         outs = list(outs)
         executed = _executions() != n_exec
-        mutated = [i for i, v in saved.items() if _base(args[i])._v is not v]
+        mutated = [i for i, v in saved.items() if _root(args[i])._v is not v]
         st.why = None
+        view_bases = {id(args[i]._xb) for i, _, _ in st.views}
         if any(type(a) is not tensor.XLATensor and isinstance(a, torch.Tensor) for a in args):
             st.why = "an input is not on the XLA device (its value would be baked in)"
-        elif views:
-            st.why = "an argument is a view"
+        elif any(id(_root(args[i])) in view_bases for i in mutated):
+            st.why = "it writes into an argument that is a view"
         elif executed:
             st.why = "the function executed a graph while tracing (host read or CPU fallback)"
         if st.why is not None:
@@ -100,7 +110,7 @@ class Step:
         for o in outs:
             if isinstance(o, tensor.XLATensor):
                 out_vals.append(o._v if o._xb is None else view_value(o))
-        roots = [_base(args[i])._v for i in mutated] + out_vals
+        roots = [_root(args[i])._v for i in mutated] + out_vals
         g = Graph.capture(roots)
         by_data = {id(v[0]): i for i, v in saved.items()}
         src = []
@@ -113,12 +123,12 @@ class Step:
         st.param_src = src
         st.n_mut = len(mutated)
         st.mut_index = mutated
-        st.mut_avals = [_base(args[i])._aval for i in mutated]
+        st.mut_avals = [_root(args[i])._aval for i in mutated]
         st.out_avals = [o._aval for o in outs if isinstance(o, tensor.XLATensor)]
         st.replayable = True
         # undo the trace's writes: the arguments get their values from the executable
         for i in mutated:
-            b = _base(args[i])
+            b = _root(args[i])
             b._v = saved[i]
             b._gen += 1
         results = st.run(args, _seeds=seeds)
@@ -151,6 +161,15 @@ class Step:
             by[x.entry].append(v)
         return [np.asarray(by[p], dtype=p) for p in sorted(by)]
 
+    def accepts(self, args):
+        """Whether every argument captured as a view is the same view now (same
+        steps, of a base of the same aval), so binding its base is right."""
+        for i, chain, aval in self.views:
+            a = args[i]
+            if type(a) is not tensor.XLATensor or a._xb is None or a._chain != chain or a._xb._aval != aval:
+                return False
+        return True
+
     def _bind(self, args):
         """The executable's inputs when every argument is device data (the
         usual case); None otherwise."""
@@ -160,9 +179,9 @@ class Step:
             if type(s) is int:
                 a = args[s]
                 if a._xb is not None:
-                    if a._chain:
+                    if a._chain and not self.views:
                         return None
-                    a = a._xb
+                    a = a._xb   # a whole alias, or an accepted view: the graph reads the base
                 v = a._v[0]
                 if v.kind != data or v.data is None:
                     return None
@@ -173,9 +192,10 @@ class Step:
 
     def _bind_slow(self, args, executor, device_array):
         pend = []
+        view_pos = {i for i, _, _ in self.views}
         for s in self.param_src:
             if type(s) is int:
-                a = _base(args[s])
+                a = _root(args[s]) if s in view_pos else _base(args[s])
                 if a is not None and a._v[0].kind == ir.OP:
                     pend.append(a)
         if pend:
@@ -185,7 +205,7 @@ class Step:
         inputs = []
         for s in self.param_src:
             if type(s) is int:
-                a = _base(args[s])
+                a = _root(args[s]) if s in view_pos else _base(args[s])
                 if a is None:   # a view: its current value
                     inputs.append(device_array(args[s]))
                     continue
@@ -201,6 +221,9 @@ class Step:
         from . import executor
         from .transfers import device_array
         traced = _seeds is not None   # the capture's own run: observers count its ops once
+        if self.views and not self.accepts(args):
+            raise RuntimeError("torch_xla: a replayed step got a different view as an argument "
+                               "than the one it was captured with (check Step.accepts first)")
         if _seeds is None:
             _seeds = [_random._take_seed() for _ in range(self.n_seeds)]
         inputs = self._bind(args)
@@ -233,7 +256,7 @@ class Step:
             events.emit("executed", graph=g, executable=exe, reason="dynamo")
         executor._in_flight[:] = outs
         for i, aval, arr in zip(self.mut_index, self.mut_avals, outs):
-            t = _base(args[i])
+            t = _root(args[i])
             t._v = (ir.data_node(arr, *aval), 0)
             t._gen += 1
             t._last_data = None
@@ -409,6 +432,7 @@ def capture_call(fn, args, kwargs, after_trace=None):
 
     st = Step()
     st.pools = None
+    st.views = ()
     seeds = st._take_scalars(g, seed0)
     st.graph = g
     st.exe = None
