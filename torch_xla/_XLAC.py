@@ -340,3 +340,48 @@ def _get_tensors_handle(tensors):
             raise RuntimeError("_get_tensors_handle: not an XLA tensor")
         out.append(id(v[0]))
     return out
+
+
+# -- graphs kept by hash: what upstream's dynamo bridge is built from --------------
+
+def _xla_get_tensor_id(t):
+    """A unique id of XLA tensor t, stable for its life."""
+    return _api.tensor_id(t)
+
+
+def _get_tensors_xla_device_data_node(tensors):
+    """-> (tensor ids, tensors) of the device data the graph of `tensors` reads."""
+    return _api.graph_input_data(tensors)
+
+
+def _xla_warm_up_cache(tensors, devices):
+    """Compile, without running, the graph of `tensors`' pending values; it is
+    kept under `_get_graph_hash(tensors)` for `_run_cached_graph`."""
+    _api.warm_up_cache(tensors)
+
+
+def _run_cached_graph(graph_hash, tensors):
+    """Run the warmed-up graph `graph_hash` with `tensors` as its inputs, in the
+    order `_get_tensors_xla_device_data_node` lists them; -> its outputs."""
+    return _api.run_cached_graph(graph_hash, tensors)
+
+
+def _get_seed_info_id():
+    return _api.seed_info_id()
+
+
+def _get_base_seed_as_tensor(device=None):
+    """The device generator's current seed as an int64 XLA tensor."""
+    import torch
+    return torch.tensor(_api.rng_seed(), dtype=torch.int64).to(device or "xla")
+
+
+def _check_tensor_need_materialization(tensors):
+    """For each tensor: whether reading it would run a graph."""
+    return [_api.needs_materialization(t) for t in tensors]
+
+
+def _clear_pending_irs(device=None):
+    """Drop the pending IR of every live tensor: each becomes a placeholder that
+    cannot be read until it is written again, and the next barrier runs nothing."""
+    _api.clear_pending_irs()

@@ -122,3 +122,5 @@ def test_placeholder_tensors_trace_but_never_run():
     assert not met.metric_data("TransferToDeviceTime")   # tracing moved nothing to the device
     with pytest.raises(RuntimeError, match="placeholder tensor .* has no data"):
         b.cpu()
+    with pytest.raises(RuntimeError, match="placeholder tensor .* has no data"):
+        p1.cpu()   # reading the placeholder itself, not only a graph over it

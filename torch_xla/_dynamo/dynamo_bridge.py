@@ -79,6 +79,37 @@ class NoneRemover:
         return tuple(out)
 
 
+class GraphInputMatcher:
+    """Lines up a cached graph's inputs for a later call (upstream's helper for
+    `torch_xla._XLAC._run_cached_graph`): inputs that were the traced function's
+    arguments come from the call's arguments, every other input (weights,
+    constants) is the value seen at trace time.
+
+    tensor_id_to_arg_idx: tensor id -> argument position; graph_input_tensor_ids /
+    graph_input_xla_values: what `_get_tensors_xla_device_data_node` returned;
+    xla_args_tensor_id: the ids of the traced arguments (not kept)."""
+
+    def __init__(self, tensor_id_to_arg_idx, graph_input_tensor_ids, graph_input_xla_values,
+                 xla_args_tensor_id):
+        self.tensor_id_to_arg_idx = tensor_id_to_arg_idx
+        self.graph_input_tensor_ids = graph_input_tensor_ids
+        self.graph_input_xla_values = [None if tid in xla_args_tensor_id else v
+                                       for tid, v in zip(graph_input_tensor_ids, graph_input_xla_values)]
+        self.seed_info_id = torch_xla._XLAC._get_seed_info_id()
+        self.arg_idxs = [tensor_id_to_arg_idx.get(tid) for tid in graph_input_tensor_ids]
+
+    def __call__(self, args):
+        real = []
+        for kept, idx in zip(self.graph_input_xla_values, self.arg_idxs):
+            if idx is None:
+                if kept is None:
+                    raise RuntimeError("torch_xla: a graph input that is not an argument has no traced value")
+                real.append(kept)
+            else:
+                real.append(args[idx])
+        return real
+
+
 def _refuse_pending_inputs(args):
     """config.skip_input_data_check: a replay takes its inputs as they are, so an
     input still pending IR is an error (upstream's message)."""

@@ -274,6 +274,50 @@ def capture_step(fn, args):
     return Step.capture(fn, args)
 
 
+# -- graphs kept by hash (upstream's dynamo-bridge primitives) ------------------------
+
+def tensor_id(t):
+    from .lazy import cached_graphs
+    return cached_graphs.tensor_id(t)
+
+
+def graph_input_data(tensors):
+    """-> (tensor ids, tensors) of the device data the graph of `tensors` reads."""
+    from .lazy import cached_graphs
+    return cached_graphs.graph_inputs(tensors)
+
+
+def warm_up_cache(tensors):
+    """Compile the graph of `tensors` without running it, kept under their graph hash."""
+    from .lazy import cached_graphs
+    tensors = [t for t in tensors if is_xla_tensor(t)]
+    if tensors:
+        cached_graphs.warm_up(tensors, graph_hash(tensors))
+
+
+def run_cached_graph(h, tensors):
+    from .lazy import cached_graphs
+    return cached_graphs.run(h, tensors)
+
+
+def seed_info_id():
+    from .lazy import cached_graphs
+    return cached_graphs.SEED_INFO_ID
+
+
+def clear_pending_irs():
+    from .lazy import cached_graphs
+    cached_graphs.clear_pending()
+
+
+def needs_materialization(t):
+    """Whether XLA tensor t's value is pending IR (reading it would run a graph)."""
+    if not is_xla_tensor(t):
+        return False
+    base = t if t._xb is None else t._xb
+    return base._v[0].kind == _node.OP
+
+
 # -- dynamo / torch_xla.compile replay (issue 11, branch dyn2) -------------------------
 
 def capture_call(fn, args, kwargs, after_trace=None):

@@ -259,6 +259,10 @@ def materialize(value, aval):
     """The jax.Array for one IR value (runs only the graph it needs)."""
     node = value[0]
     if node.kind == ir.DATA:
+        if node.data is None:
+            from ..ir.graph import xla_shape
+            raise RuntimeError(f"torch_xla: a placeholder tensor ({xla_shape(*node.entry)}) has no data: "
+                               "it can be traced (graph text, HLO) but not computed or read")
         return node.data
     if node.kind == ir.SCALAR:
         from ..base.dtypes import to_jax
