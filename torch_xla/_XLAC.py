@@ -195,6 +195,9 @@ def _get_xla_tensor_debug_info(tensor):
     if _api.is_data_node(node) and node.data is not None:
         lines += ["XLAData: ", f"  Data Device: {_xla_get_default_device()}",
                   f"  Data Shape: {shape_text}", f"  Data Handle: {id(node.data)}"]
+    elif _api.is_data_node(node):   # a donated buffer, or a placeholder
+        lines += ["XLAData: ", f"  Data Device: {_xla_get_default_device()}",
+                  f"  Data Shape: {shape_text}", "  Data Handle: Deleted"]
     else:
         lines.append("XLAData: None")
     lines += ["Tensor on host: None", "}"]
@@ -332,14 +335,7 @@ def _is_placecholder(t):   # upstream's spelling
 def _get_tensors_handle(tensors):
     """An opaque handle per tensor, distinct for distinct device data (placeholders
     included): the identity of the data leaf each reads."""
-    out = []
-    for t in tensors:
-        base = t if getattr(t, "_xb", None) is None else t._xb
-        v = getattr(base, "_v", None)
-        if v is None:
-            raise RuntimeError("_get_tensors_handle: not an XLA tensor")
-        out.append(id(v[0]))
-    return out
+    return [_api.data_handle(t) for t in tensors]
 
 
 # -- graphs kept by hash: what upstream's dynamo bridge is built from --------------
@@ -385,3 +381,23 @@ def _clear_pending_irs(device=None):
     """Drop the pending IR of every live tensor: each becomes a placeholder that
     cannot be read until it is written again, and the next barrier runs nothing."""
     _api.clear_pending_irs()
+
+
+# -- explicit buffer donors ------------------------------------------------------
+
+def _set_buffer_donation(t, should_donate):
+    """Mark (or unmark) XLA tensor t's buffer as a donor; False when t holds no
+    buffer (pending IR)."""
+    return _api.set_buffer_donation(t, should_donate)
+
+
+def _get_buffer_donation(t):
+    return _api.get_buffer_donation(t)
+
+
+def _xla_set_enable_alias_with_buffer_donor_config(flag):
+    _api.set_alias_with_buffer_donor(flag)
+
+
+def _xla_get_enable_alias_with_buffer_donor_config():
+    return _api.alias_with_buffer_donor()

@@ -160,6 +160,26 @@ def test_spmd_debug_report_names_sharded_inputs_collectives_and_gathered_weights
     assert q.returncode == 0 and "SPMD Analysis" not in q.stderr
 
 
+SNIPPET_DUMP = """
+import numpy as np, torch, torch_xla, torch_xla.runtime as xr, torch_xla.distributed.spmd as xs
+xr.use_spmd()
+x = torch.randn(8, 32).to(torch_xla.device())
+xs.mark_sharding(x, xs.Mesh(np.arange(4), (1, 4)), (0, 1))
+y = x + 1
+torch_xla.sync()
+"""
+
+
+def test_hlo_graph_dump_lists_output_shardings(tmp_path):
+    save = tmp_path / "graphs.txt"
+    p = _run(["-c", SNIPPET_DUMP], 4, {"XLA_SAVE_TENSORS_FILE": str(save), "XLA_SAVE_TENSORS_FMT": "hlo"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    text = (tmp_path / "graphs.txt.0").read_text()
+    section = text.split("#OUTPUT_SHARDING_BEGIN\n\n")[-1].split("\n\n#OUTPUT_SHARDING_END")[0]
+    assert section == "f32[8,32]{1,0} {devices=[1,4]0,1,2,3}", text[-400:]
+    assert text.endswith("#OUTPUT_SHARDING_END\n\n")
+
+
 def test_collectives_are_read_from_compiled_hlo():
     from torch_xla.engine.observe.spmd_report import collectives
     hlo = "\n".join([

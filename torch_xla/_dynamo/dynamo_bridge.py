@@ -26,6 +26,7 @@ import torch
 
 import torch_xla
 from torch_xla.engine import api as _api
+from torch_xla.utils.buffer_donor_context import alias_with_buffer_donor_config  # noqa: F401  (upstream exports it here)
 
 from . import config  # noqa: F401
 

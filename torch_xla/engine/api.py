@@ -40,6 +40,8 @@ def start():
     from .compile import spmd  # noqa: F401  (the SPMD strategy)
     _debug.install()
     _spmd_report.install()
+    from .lazy import donation
+    donation.register_op()
     _persistent.from_env()
     if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
         _mode.set_eager(True)
@@ -81,8 +83,49 @@ def capture(tensors=None):
 
 
 def graph_hash(tensors):
-    """Upstream's graph hash text of the graph computing `tensors`."""
-    return _debug.hash_str(hash(capture(tensors).key))
+    """Upstream's graph hash text of the graph computing `tensors` (with
+    alias_with_buffer_donor_config on, its marked donors are part of it)."""
+    from .lazy import donation
+    g = capture(tensors)
+    if donation.enabled():
+        marked = donation.marked_params(g)
+        if marked:
+            g.donate(marked)
+    return _debug.hash_str(hash(g.key))
+
+
+def data_handle(t):
+    """An opaque handle of the device data t reads (its data leaf's identity);
+    RuntimeError when that buffer was donated to a graph that ran."""
+    from .lazy import donation
+    base = t if getattr(t, "_xb", None) is None else t._xb
+    v = getattr(base, "_v", None)
+    if v is None:
+        raise RuntimeError("_get_tensors_handle: not an XLA tensor")
+    if donation.is_consumed(v[0]):
+        raise RuntimeError(f"torch_xla: the buffer of this tensor (shape {list(t.shape)}) is deleted: "
+                           "it was donated to a graph that already ran")
+    return id(v[0])
+
+
+def set_buffer_donation(t, should_donate):
+    from .lazy import donation
+    return donation.set_donation(t, should_donate)
+
+
+def get_buffer_donation(t):
+    from .lazy import donation
+    return donation.get_donation(t)
+
+
+def set_alias_with_buffer_donor(flag):
+    from .lazy import donation
+    donation.set_enabled(flag)
+
+
+def alias_with_buffer_donor():
+    from .lazy import donation
+    return donation.enabled()
 
 
 def hash_str(h):

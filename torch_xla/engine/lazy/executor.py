@@ -24,7 +24,7 @@ from ..ir import node as ir
 from ..ir.graph import Graph
 from ..runtime import topology
 from ..runtime.platform import jax_device
-from . import index_checks, mode, tensor
+from . import donation, index_checks, mode, tensor
 
 _lock = cache.lock
 _donate_ok = config.get("XLA_ENABLE_PARAM_ALIASING") != "0"
@@ -59,6 +59,9 @@ def run(root_values, owners=(), donate=False, reason="user"):
                     and t._last_data.exclusive}
             if dset:
                 g.donate(i for i, p in enumerate(g.params) if id(p) in dset)
+        marked = donation.marked_params(g)   # explicit donors (_set_buffer_donation)
+        if marked:
+            g.donate(sorted(set(g.donated) | set(marked)))
         key = g.key
         exe = cache.lookup(key)
         if not mode.allow_execution():
@@ -102,7 +105,7 @@ def run(root_values, owners=(), donate=False, reason="user"):
         if events.wanted("executed"):
             events.emit("executed", graph=g, executable=exe, reason=reason)
         for i in g.donated:
-            g.params[i].data = None
+            donation.consumed(g.params[i])
         # executions on a device run in launch order: the latest outputs stand for all
         _in_flight[:] = outs
         if check_values:
@@ -261,6 +264,9 @@ def materialize(value, aval):
     if node.kind == ir.DATA:
         if node.data is None:
             from ..ir.graph import xla_shape
+            if donation.is_consumed(node):
+                raise RuntimeError(f"torch_xla: this tensor's buffer ({xla_shape(*node.entry)}) is deleted: it was "
+                                   "donated to a graph that already ran (_set_buffer_donation)")
             raise RuntimeError(f"torch_xla: a placeholder tensor ({xla_shape(*node.entry)}) has no data: "
                                "it can be traced (graph text, HLO) but not computed or read")
         return node.data

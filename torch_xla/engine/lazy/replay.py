@@ -26,14 +26,17 @@ import weakref
 import numpy as np
 import torch
 
-from ..base import events, metrics
+from ..base import config, events, metrics
 from ..compile import cache
 from ..ir import node as ir
 from ..ir.graph import Graph
 from ..runtime.platform import jax_device
-from . import mode, tensor
+from . import donation, mode, tensor
 from .handlers import random as _random
 from .views import view_value
+
+
+_SAVE_TENSORS = bool(config.get("XLA_SAVE_TENSORS_FILE"))
 
 
 def _executions():
@@ -56,7 +59,8 @@ def _root(t):
 class Step:
     """One captured graph: outputs and in-place writes of a function of tensors."""
     __slots__ = ("graph", "exe", "param_src", "n_mut", "mut_index", "out_avals", "mut_avals",
-                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra", "pools", "views")
+                 "scalar_vals", "seed_slots", "n_seeds", "replayable", "why", "extra", "pools", "views",
+                 "free_donated")
 
     @classmethod
     def capture(cls, fn, args):
@@ -112,6 +116,9 @@ class Step:
                 out_vals.append(o._v if o._xb is None else view_value(o))
         roots = [_root(args[i])._v for i in mutated] + out_vals
         g = Graph.capture(roots)
+        marked = donation.marked_params(g)   # explicit donors (dynamo_set_buffer_donor_)
+        if marked:
+            g.donate(marked)
         by_data = {id(v[0]): i for i, v in saved.items()}
         src = []
         for p in g.params:
@@ -124,6 +131,9 @@ class Step:
         st.n_mut = len(mutated)
         st.mut_index = mutated
         st.mut_avals = [_root(args[i])._aval for i in mutated]
+        # donated inputs the step does not overwrite: a replay gives the executable
+        # a copy of any whose buffer is no longer a marked donor
+        st.free_donated = [k for k in g.donated if type(src[k]) is int and src[k] not in mutated]
         st.out_avals = [o._aval for o in outs if isinstance(o, tensor.XLATensor)]
         st.replayable = True
         # undo the trace's writes: the arguments get their values from the executable
@@ -236,6 +246,15 @@ class Step:
                 self.pools = self._pools(_seeds)
             inputs += self.pools
         g = self.graph
+        kept = ()
+        if self.free_donated:
+            # an input the executable donates but whose buffer is no longer a marked
+            # donor (the step was captured with a mark, Dynamo does not guard it):
+            # donate a copy, so the tensor keeps its value and nothing recompiles
+            kept = [k for k in self.free_donated
+                    if not donation.is_marked(_root(args[self.param_src[k]])._v[0])]
+            for k in kept:
+                inputs[k] = inputs[k].copy()
         with cache.lock:
             exe = self.exe
             if exe is None:
@@ -252,8 +271,18 @@ class Step:
             t0 = time.perf_counter_ns()
             outs = exe.compiled(*inputs)
             metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
-        if traced and events.wanted("executed"):
+        if (traced or _SAVE_TENSORS) and events.wanted("executed"):   # replays are dumped too
             events.emit("executed", graph=g, executable=exe, reason="dynamo")
+        for k in g.donated:   # those buffers now belong to the outputs
+            s = self.param_src[k]
+            if type(s) is int and k not in kept:
+                node = _root(args[s])._v[0]
+                if node.kind == ir.DATA:
+                    donation.consumed(node)
+        return self._write_back(args, outs)
+
+    def _write_back(self, args, outs):
+        from . import executor
         executor._in_flight[:] = outs
         for i, aval, arr in zip(self.mut_index, self.mut_avals, outs):
             t = _root(args[i])
@@ -433,6 +462,7 @@ def capture_call(fn, args, kwargs, after_trace=None):
     st = Step()
     st.pools = None
     st.views = ()
+    st.free_donated = ()
     seeds = st._take_scalars(g, seed0)
     st.graph = g
     st.exe = None

@@ -236,7 +236,25 @@ def _on_executed(graph, executable, reason):
         _emit(_analysis_block("Execution Analysis: ", g, len(g.values)))
     if save_to:
         from . import graph_dump
-        graph_dump.save_graph(graph, g.frames, hash_str(executable.hash))
+        graph_dump.save_graph(graph, g.frames, hash_str(executable.hash),
+                              output_shardings=_output_sharding_lines(graph, executable))
+
+
+def _output_sharding_lines(graph, executable):
+    """'<shape> <sharding>' per output of an SPMD executable (None otherwise)."""
+    compiled = getattr(executable.compiled, "compiled", None)
+    if compiled is None or getattr(executable.compiled, "shardings", None) is None:
+        return None
+    from ..lazy.handlers import sharding as _sh
+    try:
+        shardings = list(compiled.output_shardings)
+    except Exception:  # noqa: BLE001
+        return None
+    out = []
+    for (node, i), s in zip(graph.roots, shardings):
+        shape, dtype = node.entry.out_avals[i] if node.kind != DATA else node.entry
+        out.append(f"{xla_shape(shape, dtype)} {_sh.format_sharding(s, len(shape))}")
+    return out
 
 
 def _on_failed(graph, stage, error):

@@ -245,7 +245,13 @@ def stablehlo_bytecode(tensors=None):
 # XLA_SAVE_TENSORS_FILE, XLA_SAVE_HLO_FILE
 
 def save_tensors_file():
-    return ordinal_path(config.get("XLA_SAVE_TENSORS_FILE") or "")
+    """XLA_SAVE_TENSORS_FILE with the device ordinal appended (`path.0` in a
+    single process), as upstream names it."""
+    path = config.get("XLA_SAVE_TENSORS_FILE") or ""
+    if not path or path in ("STDOUT", "STDERR"):
+        return path
+    from ..runtime import topology
+    return f"{path}.{topology.rank() if topology.world_size() > 1 else 0}"
 
 
 def save_format():
@@ -288,7 +294,7 @@ def graph_record(name, values, frames, graph_hash, fmt, root_hashes=None):
 _hlo_cache = {}
 
 
-def save_graph(values, frames, graph_hash, name="SyncTensorsGraph"):
+def save_graph(values, frames, graph_hash, name="SyncTensorsGraph", output_shardings=None):
     path = save_tensors_file()
     values = _graph(values)
     if not path:
@@ -309,6 +315,8 @@ def save_graph(values, frames, graph_hash, name="SyncTensorsGraph"):
     lines += ["", "Root Hashes: (" + ", ".join(hashes) + ")", "", "## BEGIN_GRAPH",
               (body if body is not None else render(values, fmt)).rstrip("\n"),
               f"Graph Hash: {graph_hash}", "", "## END_GRAPH", "", ""]
+    if output_shardings is not None and fmt == "hlo":   # SPMD: the layout of every output
+        lines[-1:] = ["#OUTPUT_SHARDING_BEGIN", ""] + list(output_shardings) + ["", "#OUTPUT_SHARDING_END", "", ""]
     _append(path, "\n".join(lines))
 
 
