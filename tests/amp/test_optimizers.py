@@ -215,3 +215,42 @@ def test_grad_scaler_fp16_matches_eager(dev, opt_name):
     for p, q in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(p.cpu(), q.detach(), rtol=2e-2, atol=2e-3)
     assert not _fallbacks(), _fallbacks()
+
+
+def test_grad_scaler_fp16_gpt_matches_eager_cpu_autocast(dev):
+    # the GPT decoder under fp16 autocast with GradScaler and SGD momentum, 4 steps,
+    # one with an inf gradient (skipped, scale halved), against eager CPU autocast
+    from nets import GPT
+    torch.manual_seed(0)
+    ref = GPT(layers=1)
+    m = copy.deepcopy(ref).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch_xla.amp.GradScaler(init_scale=2.0 ** 12, growth_interval=2)
+    ref_scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12, growth_interval=2)
+    g = torch.Generator().manual_seed(1)
+    idx, tgt = torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g)
+
+    def train(model, o, sc, device_type, batch_dev):
+        losses = []
+        for i in range(4):
+            o.zero_grad()
+            with torch.autocast(device_type, dtype=torch.float16):
+                loss = model(idx.to(batch_dev), tgt.to(batch_dev))
+            sc.scale(loss).backward()
+            if i == 1:
+                model.head.weight.grad.fill_(float("inf"))
+            sc.step(o)
+            sc.update()
+            if device_type == "xla":
+                torch_xla.sync()
+            losses.append(float(loss.detach().float().cpu()))
+        return losses
+
+    got = train(m, opt, scaler, "xla", dev)
+    want = train(ref, ref_opt, ref_scaler, "cpu", "cpu")
+    assert scaler.get_scale() == ref_scaler.get_scale() == 2.0 ** 12   # halved once, grown once
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-2, atol=1e-2)
+    assert got[-1] < got[0]
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=2e-2, atol=5e-3)
