@@ -17,7 +17,6 @@ steps each) and each keeps its best round, so load drifts hit all alike.
 Usage: python benchmarks/bench_dynamo.py [--steps N] [--quick]
 """
 import argparse
-import math
 import os
 import sys
 import time
@@ -248,41 +247,10 @@ def eager_infer(kind, batch):
 
 
 def _gpt(vocab=256, d=128, heads=4, layers=4, ctx=64):
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(d // heads)
-            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-            att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-            y = (att @ v).transpose(1, 2).reshape(b, t, d)
-            x = x + self.proj(y)
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
-            self.blocks = nn.Sequential(*[Block() for _ in range(layers)])
-            self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
-
-        def forward(self, idx):
-            pos = torch.arange(idx.shape[1], device=idx.device)
-            return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
-
-    torch.manual_seed(0)
-    return GPT().eval(), torch.randint(0, vocab, (1, ctx))
+    """The benchmarks' explicit GPT decoder (eval mode) and one batch-1 context."""
+    from _models import torch_gpt
+    model, idx, _, _ = torch_gpt(1, seq=ctx, vocab=vocab, d=d, heads=heads, layers=layers, blocks="explicit")
+    return model.eval(), idx
 
 
 def bench_gpt_inference(steps, **size):
@@ -336,23 +304,21 @@ def main():
         print(f"  {name:<28}{lz*1e3:>9.2f}{rp*1e3:>9.2f}{dy*1e3:>9.2f}{jx*1e3:>9.2f}{ea*1e3:>9.2f}"
               f"{rp/jx:>13.2f}{dy/jx:>13.2f}{lz/jx:>10.2f}", flush=True)
 
-    print("\n[training step] MLP and CNN: SGD momentum; GPT: AdamW")
-    print(head)
-    for kind, batch, name in TRAIN:
-        row(name, race({"lazy": lazy_step(kind, batch), "compile": compile_replay_step(kind, batch),
-                        "openxla": dynamo_train_step(kind, batch), "jax": jax_step(kind, batch),
-                        "eager": eager_step(kind, batch)}, steps))
-    print("  compile = torch_xla.compile(step, replay=True); openxla = torch.compile(model) and "
-          "torch.compile(opt.step); target compile/JAX <= 1.05")
-
-    print("\n[inference] the loss of one forward pass, no gradients")
-    print(head)
-    for kind, batch, name in TRAIN:
-        row(name, race({"lazy": lazy_infer(kind, batch), "compile": replay_infer(kind, batch),
-                        "openxla": dynamo_infer(kind, batch), "jax": jax_infer(kind, batch),
-                        "eager": eager_infer(kind, batch)}, steps))
-    print("  compile = torch_xla.compile(forward, replay=True); openxla = torch.compile(forward, "
-          "backend=\"openxla_eval\")")
+    sections = (
+        ("[training step] MLP and CNN: SGD momentum; GPT: AdamW",
+         (lazy_step, compile_replay_step, dynamo_train_step, jax_step, eager_step),
+         "compile = torch_xla.compile(step, replay=True); openxla = torch.compile(model) and "
+         "torch.compile(opt.step); target compile/JAX <= 1.05"),
+        ("[inference] the loss of one forward pass, no gradients",
+         (lazy_infer, replay_infer, dynamo_infer, jax_infer, eager_infer),
+         'compile = torch_xla.compile(forward, replay=True); openxla = torch.compile(forward, '
+         'backend="openxla_eval")'))
+    for title, makers, note in sections:
+        print("\n" + title)
+        print(head)
+        for kind, batch, name in TRAIN:
+            row(name, race({c: make(kind, batch) for c, make in zip(cols, makers)}, steps))
+        print("  " + note)
 
     print("\n[inference] GPT, batch 1, next-token logits over the whole context")
     for name, size in (("small GPT: 2 layers, d=64, 32 tokens", dict(d=64, layers=2, ctx=32)),
