@@ -401,3 +401,10 @@ def _xla_set_enable_alias_with_buffer_donor_config(flag):
 
 def _xla_get_enable_alias_with_buffer_donor_config():
     return _api.alias_with_buffer_donor()
+
+
+def _global_tensor_from_cpu_shards(shards, op_sharding, global_shape=None):
+    """A sharded XLA tensor assembled from one CPU shard per device (in device
+    order) laid out as `op_sharding` (from Mesh.get_op_sharding); `global_shape`
+    may cut off trailing padding. RuntimeError when they do not fit together."""
+    return _api.from_cpu_shards(shards, op_sharding.sharding, op_sharding.ndim, global_shape)

@@ -113,7 +113,7 @@ def check_values_and_shards(n):
     assert len(shards) == n
     for i, s in enumerate(shards):
         assert torch.equal(s.data, cpu[4 * i:4 * (i + 1)]), i
-        assert s.indices[0] == slice(4 * i, 4 * (i + 1))
+        assert s.indices[0] == slice(4 * i, 4 * (i + 1), 1)
     assert torch.equal(t.cpu(), cpu)
     assert torch.allclose((t @ t.T).cpu(), cpu @ cpu.T, atol=1e-5)
     assert st.sharding_spec == spec(t)
@@ -172,6 +172,64 @@ def check_no_recompile(n):
     assert met.metric_data("CompileTime")[0] == before + 1
 
 
+def check_shards_and_copies(n):
+    import copy
+    from torch_xla._XLAC import _global_tensor_from_cpu_shards as from_shards
+    mesh = xs.Mesh(np.arange(n), (n,))
+    # upstream's Mesh errors are AssertionErrors (and ValueErrors here)
+    for bad in (lambda: xs.Mesh(np.arange(n), (2, n)), lambda: xs.Mesh(np.zeros(n, int), (1, n)),
+                lambda: xs.Mesh(np.arange(n), (1, n), ("a", "a"))):
+        try:
+            bad()
+            raise AssertionError("no error")
+        except AssertionError as e:
+            assert isinstance(e, ValueError) and str(e) != "no error", e
+    # shard indices are slices with step 1, as upstream prints them
+    t = xs.mark_sharding(torch.arange(2. * n).to("xla"), mesh, (0,))
+    assert [sh.indices for sh in t.local_shards] == [[slice(2 * i, 2 * i + 2, 1)] for i in range(n)]
+    # clone and deepcopy keep the layout
+    x = torch.randn(2, 4, 8, 16).to("xla")
+    xs.mark_sharding(x, xs.Mesh(np.arange(n), (1, 1, 1, n)), (0, 1, 2, 3))
+    assert spec(x.clone()) == spec(copy.deepcopy(x)) == spec(x) == "{devices=[1,1,1,%d]%s}" % (n, ids(range(n)))
+    torch.testing.assert_close(x.clone().cpu(), x.cpu())
+    # an XLAShardedTensor goes through nn modules and stays wrapped
+    lin = torch.nn.Linear(8, 4)
+    want = lin(torch.ones(2, 8))
+    out = lin.to("xla")(xs.mark_sharding(torch.ones(2, 8).to("xla"), xs.Mesh(np.arange(n), (1, n)), (0, 1)))
+    assert type(out).__name__ == "XLAShardedTensor"
+    torch.testing.assert_close(out.global_tensor.cpu(), want.detach())
+    # a global tensor from CPU shards, with trailing padding cut off, and its errors
+    shards = [torch.arange(n) + i * n for i in range(n)]
+    g = from_shards(shards, mesh.get_op_sharding((0,)))
+    assert torch.equal(g.cpu(), torch.arange(n * n)) and spec(g) == "{devices=[%d]%s}" % (n, ids(range(n)))
+    assert torch.equal(from_shards(shards, mesh.get_op_sharding((0,)), torch.Size((n * n - 1,))).cpu(),
+                       torch.arange(n * n - 1))
+    for args in ((shards[:-1], mesh.get_op_sharding((0,))),
+                 (shards, mesh.get_op_sharding((0,)), torch.Size((n * n + 1,))),
+                 (shards, mesh.get_op_sharding((0,)), torch.Size((n * n - n,)))):
+        try:
+            from_shards(*args)
+            raise AssertionError("no error")
+        except RuntimeError:
+            pass
+    rep = from_shards([torch.tensor([7])] * n, xs.Mesh(np.arange(n), (1, n)).get_op_sharding((None, None)))
+    assert torch.equal(rep.cpu(), torch.tensor([7]))
+    # load_local_shards_ writes new values shard by shard
+    t = xs.mark_sharding(torch.arange(float(n)).to("xla"), mesh, (0,))
+    shards = t.local_shards
+    for sh in shards:
+        sh.data *= -1
+    t.load_local_shards_(shards)
+    assert torch.equal(t.global_tensor.cpu(), -torch.arange(float(n)))
+    assert spec(t.global_tensor) == "{devices=[%d]%s}" % (n, ids(range(n)))
+    for bad in (shards[:-1],):
+        try:
+            t.load_local_shards_(bad)
+            raise AssertionError("no error")
+        except RuntimeError:
+            pass
+
+
 def main():
     xr.use_spmd()
     assert xr.is_spmd()
@@ -180,7 +238,7 @@ def main():
     assert xr.addressable_runtime_device_count() == n and xr.addressable_device_count() == 1
     assert str(torch_xla.device()) == "xla:0"
     for check in (check_strings, check_mesh, check_bad_specs, check_values_and_shards, check_gradients,
-                  check_no_recompile):
+                  check_no_recompile, check_shards_and_copies):
         check(n)
         print("ok", check.__name__, flush=True)
     print("ALL OK")

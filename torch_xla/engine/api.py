@@ -108,6 +108,12 @@ def data_handle(t):
     return id(v[0])
 
 
+def from_cpu_shards(shards, sharding, ndim, global_shape=None):
+    """An SPMD tensor assembled from one CPU shard per device (global ordinal order)."""
+    from .lazy.handlers import sharding as _sh
+    return _sh.from_cpu_shards(shards, sharding, ndim, global_shape)
+
+
 def set_buffer_donation(t, should_donate):
     from .lazy import donation
     return donation.set_donation(t, should_donate)

@@ -50,10 +50,30 @@ class XLAShardedTensor(torch.Tensor):
             data = _to_torch(s.data, self.global_tensor.dtype)
             idx = s.index
             indices = Ellipsis if all(sl == slice(None) for sl in idx) else [
-                slice(sl.start or 0, sl.stop if sl.stop is not None else dim)
+                slice(sl.start or 0, sl.stop if sl.stop is not None else dim, 1)
                 for sl, dim in zip(idx, self.global_tensor.shape)]
             out.append(XLAShard(data, indices, f"xla:{s.device.id}", s.replica_id))
         return out
+
+    def load_local_shards_(self, shards):
+        """Replace this tensor's value with `shards` (XLAShards, one per device, as
+        `local_shards` returns them, each of its shard's shape); in place."""
+        s = _api.current_sharding(self.global_tensor)
+        if s is None or s.is_fully_replicated:
+            raise RuntimeError("load_local_shards_: the tensor is not sharded (replicated shards cannot be loaded)")
+        current = self.local_shards
+        if len(shards) != len(current):
+            raise RuntimeError(f"load_local_shards_: {len(shards)} shards given, the tensor has {len(current)}")
+        by_device = {sh.shard_device: sh for sh in shards}
+        ordered = []
+        for cur in current:
+            sh = by_device.get(cur.shard_device)
+            if sh is None or tuple(sh.data.shape) != tuple(cur.data.shape):
+                raise RuntimeError(f"load_local_shards_: no shard of shape {list(cur.data.shape)} "
+                                   f"for {cur.shard_device}")
+            ordered.append(sh.data.to(self.global_tensor.dtype))
+        new = _api.from_cpu_shards(ordered, s, self.global_tensor.dim(), tuple(self.global_tensor.shape))
+        _api.assign(self.global_tensor, new)
 
     @property
     def sharding_spec(self):

@@ -30,6 +30,23 @@ class ShardingType(enum.IntEnum):
     UNKNOWN = 6
 
 
+class OpSharding:
+    """A partition spec laid over a mesh (what Mesh.get_op_sharding returns)."""
+    __slots__ = ("sharding", "ndim")
+
+    def __init__(self, sharding, ndim):
+        self.sharding = sharding
+        self.ndim = ndim
+
+    def __repr__(self):
+        return f"OpSharding({_api.format_sharding(self.sharding, self.ndim)})"
+
+
+class MeshError(AssertionError, ValueError):
+    """A mesh that does not fit the devices. Upstream asserts (AssertionError);
+    it is a ValueError too, since the arguments are what is wrong."""
+
+
 class Mesh:
     """A logical mesh: `device_ids` (a permutation of 0..N-1, N the SPMD device
     count) laid out as `mesh_shape`, with optional `axis_names`.
@@ -45,22 +62,22 @@ class Mesh:
         if n <= 0:
             raise RuntimeError("Mesh needs XLA devices")
         if len(device_ids) != n:
-            raise ValueError(
+            raise MeshError(
                 f"Number of device IDs ({len(device_ids)}) must match the global number of devices ({n})")
         if axis_names is not None:
             axis_names = tuple(axis_names)
             if len(axis_names) != len(mesh_shape):
-                raise ValueError(
+                raise MeshError(
                     f"Number of axis names ({len(axis_names)}) must match mesh dimensions ({len(mesh_shape)})")
             if len(set(axis_names)) != len(axis_names):
-                raise ValueError(f"Axis names must be unique, got: {axis_names}")
+                raise MeshError(f"Axis names must be unique, got: {axis_names}")
         size = int(np.prod(mesh_shape))
         if len(device_ids) != size:
-            raise ValueError(f"Number of device IDs ({len(device_ids)}) must match mesh size ({size})")
+            raise MeshError(f"Number of device IDs ({len(device_ids)}) must match mesh size ({size})")
         if len(np.unique(device_ids)) != len(device_ids):
-            raise ValueError(f"Device IDs must be unique, got: {device_ids}")
+            raise MeshError(f"Device IDs must be unique, got: {device_ids}")
         if not all(0 <= int(d) < size for d in device_ids.flat):
-            raise ValueError(f"Device IDs must be less than mesh size ({size}), got: {device_ids}")
+            raise MeshError(f"Device IDs must be less than mesh size ({size}), got: {device_ids}")
         self.device_ids = device_ids
         self.mesh_shape = mesh_shape
         self.axis_names = axis_names
@@ -112,6 +129,12 @@ class Mesh:
                 arr[idx] = devs[int(d)]
             self._jax_mesh = JaxMesh(arr, self._jax_axis_names())
         return self._jax_mesh
+
+    def get_op_sharding(self, partition_spec):
+        """The sharding of `partition_spec` over this mesh, as an object the
+        `_XLAC` sharding functions accept (upstream: an xla OpSharding)."""
+        spec = tuple(partition_spec)
+        return OpSharding(self._named_sharding(spec), len(spec))
 
     def _named_sharding(self, partition_spec):
         from jax.sharding import NamedSharding, PartitionSpec

@@ -109,6 +109,8 @@ class XLATensor(torch.Tensor):
         raise TypeError("XLATensor is made by torch_xla; use tensor.to('xla')")
 
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if len(types) > 1 and any(ty is not XLATensor for ty in types):
+            return NotImplemented   # a wrapper subclass among the args (XLAShardedTensor) unwraps first
         h = _handlers.get(func)
         if h is None:
             from .dispatch import make_handler

@@ -13,6 +13,7 @@ import torch
 from ...base import frames
 from ...ir import node as ir
 from ...ops.op import OpInfo
+from ...ops.registry import handler
 from ...runtime import topology
 from .. import views
 from ..tracing import trace_node, wrap
@@ -162,3 +163,61 @@ def device_array(t):
     """The jax.Array holding t's value (runs its pending graph)."""
     from ..transfers import device_array as _da
     return _da(t)
+
+
+# clone (and so copy.deepcopy) of a sharded tensor is sharded alike, as upstream
+# carries the spec to the copy: the copy's value gets the same constraint
+_plain_clone = []
+
+
+@handler("clone.default")
+def _clone(args, kwargs):
+    if not _plain_clone:
+        from ..dispatch import _functional_handler, op_info
+        _plain_clone.append(_functional_handler(op_info(torch.ops.aten.clone.default)))
+    out = _plain_clone[0](args, kwargs)
+    x = args[0]
+    if topology.mode() == topology.SPMD and getattr(x, "_xb", 0) is not 0:
+        s = current_sharding(x)
+        if s is not None:
+            annotate(out, s)
+    return out
+
+
+def from_cpu_shards(shards, s, ndim, global_shape=None):
+    """A device tensor assembled from one CPU shard per SPMD device (in global
+    ordinal order) laid out as jax sharding `s` over `ndim` dims; `global_shape`
+    may drop trailing padding (each dim must still need every shard along it)."""
+    import numpy as np
+    from ..transfers import upload_array
+    from ..tensor import new_base
+    devs = topology.spmd_devices()
+    shards = list(shards)
+    if len(shards) != len(devs):
+        raise RuntimeError(f"_global_tensor_from_cpu_shards: {len(shards)} shards for {len(devs)} devices")
+    shape = tuple(shards[0].shape)
+    if s.is_fully_replicated:   # a replicated layout has no dims of its own
+        ndim = len(shape)
+    if len(shape) != ndim or any(tuple(x.shape) != shape for x in shards):
+        raise RuntimeError(f"_global_tensor_from_cpu_shards: every shard must have the same shape of rank {ndim}, "
+                           f"got {[list(x.shape) for x in shards]}")
+    tiles = [1] * ndim if s.is_fully_replicated else list(_hlo(s, ndim).tile_assignment_dimensions())[:ndim]
+    padded = tuple(d * t for d, t in zip(shape, tiles))
+    want = padded if global_shape is None else tuple(int(d) for d in global_shape)
+    if len(want) != ndim or any(-(-g // t) != d for g, t, d in zip(want, tiles, shape)):
+        raise RuntimeError(f"_global_tensor_from_cpu_shards: shards of shape {list(shape)} tiled {tiles} "
+                           f"cannot make a tensor of shape {list(want)}")
+    dtype = shards[0].dtype
+    full = np.empty(padded, dtype=shards[0].numpy().dtype)
+    where = s.devices_indices_map(padded)
+    for dev, x in zip(devs, shards):
+        full[where[dev]] = x.numpy()
+    host = torch.from_numpy(np.ascontiguousarray(full[tuple(slice(0, g) for g in want)]))
+    arr = upload_array(host)
+    t = new_base((ir.data_node(arr, want, dtype), 0), (want, dtype))
+    if s.is_fully_replicated:
+        from jax.sharding import NamedSharding, PartitionSpec
+        annotate(t, NamedSharding(s.mesh, PartitionSpec()))
+    elif all(g % k == 0 for g, k in zip(want, tiles)):   # JAX holds even shards only
+        annotate(t, s)
+    return t
