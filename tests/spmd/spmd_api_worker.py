@@ -230,6 +230,40 @@ def check_shards_and_copies(n):
             pass
 
 
+def check_visualize(n):
+    import io
+    import contextlib
+    from torch_xla.distributed.spmd import debugging
+    mesh = xs.Mesh(np.arange(n), (2, n // 2))
+    t = torch.randn(8, 8).to("xla")
+    xs.mark_sharding(t, mesh, (0, 1))
+    assert debugging._cells(spec(t)) == (2, n // 2, {(i, j): i * (n // 2) + j for i in range(2) for j in range(n // 2)})
+    u = torch.randn(8, 8).to("xla")
+    xs.mark_sharding(u, mesh, (0, None))   # rows over 'axis 0', replicated over axis 1
+    rows, cols, cells = debugging._cells(spec(u))
+    assert (rows, cols) == (2, 1) and cells[0, 0] == list(range(n // 2)), cells
+    assert debugging._cells("{replicated}") == (1, 1, {(0, 0): list(range(n))})
+    assert debugging._cells("{devices=[%d]%s}" % (n, ids(range(n))))[:2] == (1, n)
+    try:
+        debugging._cells("{devices=[2]0}")
+        raise AssertionError("no error")
+    except ValueError as e:
+        assert "lists 1 devices" in str(e)
+    # with rich: a table whose cells name the devices; without: the same as plain text
+    if debugging.RICH_ENABLED:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            table = debugging.visualize_tensor_sharding(xs.wrap_as_sharded_tensor(t))
+        assert table.row_count == 2 and "Visualizing {devices=[2,%d]" % (n // 2) in out.getvalue()
+    saved, debugging.RICH_ENABLED = debugging.RICH_ENABLED, False
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            text = debugging.visualize_sharding(spec(t))
+    finally:
+        debugging.RICH_ENABLED = saved
+    assert text.count("CPU ") == n and text.splitlines()[1].count("|") == n // 2 + 1, text
+
+
 def main():
     xr.use_spmd()
     assert xr.is_spmd()
@@ -238,7 +272,7 @@ def main():
     assert xr.addressable_runtime_device_count() == n and xr.addressable_device_count() == 1
     assert str(torch_xla.device()) == "xla:0"
     for check in (check_strings, check_mesh, check_bad_specs, check_values_and_shards, check_gradients,
-                  check_no_recompile, check_shards_and_copies):
+                  check_no_recompile, check_shards_and_copies, check_visualize):
         check(n)
         print("ok", check.__name__, flush=True)
     print("ALL OK")
