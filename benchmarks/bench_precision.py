@@ -3,7 +3,8 @@
     python benchmarks/bench_precision.py [--quick]
 
 1. The small GPT's training step (AdamW) in fp32 and under bf16 autocast, on
-   torch_xla and on eager CPU, with the bf16/fp32 ratio of each.
+   torch_xla, on eager CPU and in pure JAX (bf16 parameters for the forward
+   pass), with the bf16/fp32 ratio of each.
 2. Compile time of a stack of identical transformer layers, unrolled against
    `torch_xla.experimental.scan_layers` (one loop body), at 8 and 32 layers:
    time from a fresh graph to its first result (forward and backward), each
@@ -48,6 +49,20 @@ def _gpt_step(on_xla, bf16, steps, batch=8):
         barrier()
 
     return median_step(step, sync, steps)
+
+
+def _jax_gpt_step(bf16, steps, batch=8):
+    """The same GPT and AdamW step in pure JAX; bf16 casts the parameters for the
+    forward pass as autocast does."""
+    import jax
+    import jax.numpy as jnp
+    from _models import jax_gpt
+    step_fn, state = jax_gpt(batch, compute_dtype=jnp.bfloat16 if bf16 else None)
+    holder = {"s": state}
+
+    def step():
+        holder["s"] = step_fn(holder["s"])
+    return median_step(step, lambda: jax.block_until_ready(holder["s"]), steps)
 
 
 def _stack_compile(layers, use_scan, d=128, seq=64, batch=4):
@@ -95,16 +110,16 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.point:
         kind, *args = json.loads(a.point)
-        value = _gpt_step(*args) if kind == "gpt" else _stack_compile(*args)
+        value = {"gpt": _gpt_step, "jax_gpt": _jax_gpt_step, "stack": _stack_compile}[kind](*args)
         print(json.dumps({"value": value}))
         return 0
 
     steps = 3 if a.quick else 10
     print("[bf16 autocast vs fp32] small GPT (2 layers, d=128, seq 64, batch 8), AdamW, ms/step")
     print(f"  {'':<12}{'fp32':>10}{'bf16':>10}{'bf16/fp32':>11}")
-    for name, on_xla in (("torch_xla", True), ("eager CPU", False)):
-        fp32 = _in_process("gpt", on_xla, False, steps)
-        bf16 = _in_process("gpt", on_xla, True, steps)
+    for name, point in (("torch_xla", ("gpt", True)), ("eager CPU", ("gpt", False)), ("pure JAX", ("jax_gpt",))):
+        fp32 = _in_process(*point, False, steps)
+        bf16 = _in_process(*point, True, steps)
         print(f"  {name:<12}{fp32 * 1e3:>10.2f}{bf16 * 1e3:>10.2f}{bf16 / fp32:>11.2f}", flush=True)
 
     depths = (2, 4) if a.quick else (8, 32)
