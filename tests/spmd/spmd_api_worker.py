@@ -91,12 +91,20 @@ def check_bad_specs(n):
             assert "mesh" in msg or "mesh_shape" in msg or "partition_spec" in msg, msg
         else:
             raise AssertionError(f"{partition_spec} accepted")
-    try:
-        xs.mark_sharding(torch.randn(n + 1, 4).to("xla"), mesh, ("x", None))
-    except ValueError as e:
-        assert "divisible" in str(e) and f"[{n + 1}, 4]" in str(e) and "'x'" in str(e), str(e)
-    else:
-        raise AssertionError("non-divisible dim accepted")
+    # a dimension that does not divide over its axis is sharded with padding, as upstream
+    cpu = torch.arange(float(n + 1))
+    u = xs.mark_sharding(cpu.to("xla"), xs.Mesh(np.arange(n), (n,)), (0,))
+    assert spec(u.global_tensor) == "{devices=[%d]%s}" % (n, ids(range(n)))
+    shards = u.local_shards
+    assert [tuple(sh.data.shape) for sh in shards] == [(2,)] * n
+    assert torch.equal(torch.cat([sh.unpadded_data for sh in shards]), cpu)
+    assert torch.equal(shards[-1].data, torch.zeros(2))   # all padding
+    torch.testing.assert_close(((u.global_tensor * 2) + 1).cpu(), cpu * 2 + 1)
+    w = torch.ones(2, 2).to("xla")
+    xs.mark_sharding(w, xs.Mesh(np.arange(n), (1, n)), (0, 1))
+    w.add_(1)
+    torch_xla.sync()
+    assert spec(w) == "{devices=[1,%d]%s}" % (n, ids(range(n))) and torch.equal(w.cpu(), torch.full((2, 2), 2.))
     assert spec(t) == ""  # a failed annotation leaves the tensor as it was
 
 

@@ -446,6 +446,16 @@ def current_sharding(t):
     return _sh.current_sharding(t)
 
 
+def is_even_sharding(sharding, shape):
+    from .lazy.handlers import sharding as _sh
+    return _sh.is_even(sharding, shape)
+
+
+def padded_shards(t, sharding):
+    from .lazy.handlers import sharding as _sh
+    return _sh.padded_shards(t, sharding)
+
+
 def sharding_spec_string(t):
     from .lazy.handlers import sharding as _sh
     return _sh.spec_string(t)

@@ -43,7 +43,12 @@ class XLAShardedTensor(torch.Tensor):
 
     @property
     def local_shards(self):
-        """Each device's shard, in device order (CPU tensors)."""
+        """Each device's shard, in device order (CPU tensors); under an uneven
+        layout each is zero-padded to the common shard shape."""
+        s = _api.current_sharding(self.global_tensor)
+        if s is not None and not _api.is_even_sharding(s, tuple(self.global_tensor.shape)):
+            return [XLAShard(_to_torch(data, self.global_tensor.dtype), idx, f"xla:{k}", 0)
+                    for k, (_, data, idx) in enumerate(_api.padded_shards(self.global_tensor, s))]
         arr = _api.device_array(self.global_tensor)
         out = []
         for s in sorted(arr.addressable_shards, key=lambda s: s.device.id):

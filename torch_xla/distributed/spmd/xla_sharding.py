@@ -236,23 +236,16 @@ def _axis(mesh, p, partition_spec):
     raise ValueError(f"Spec type {type(p)} is not supported in partition spec")
 
 
-def _check(t, mesh, partition_spec, divisible):
+def _check(t, mesh, partition_spec):
+    """The spec translated to mesh axis indices; ValueError naming the tensor's
+    shape, the mesh and the spec when it does not fit. A dimension that does not
+    divide over its axes is fine: its shards are padded (see mark_sharding)."""
     shape = tuple(t.shape)
     if len(shape) != len(partition_spec):
         raise ValueError(
             f"Partition spec length ({len(partition_spec)}) should be equal to the input rank "
             f"({len(shape)}): tensor of shape {list(shape)}, mesh {mesh}, partition_spec {partition_spec}")
-    spec = _translate(mesh, partition_spec)
-    if divisible:
-        for dim, (size, p) in enumerate(zip(shape, spec)):
-            if p is None:
-                continue
-            parts = int(np.prod([mesh.mesh_shape[a] for a in (p if isinstance(p, tuple) else (p,))]))
-            if size % parts:
-                raise ValueError(
-                    f"dimension {dim} of the tensor (size {size}, shape {list(shape)}) is not divisible "
-                    f"into {parts} shards by partition_spec {partition_spec} over mesh {mesh}")
-    return spec
+    return _translate(mesh, partition_spec)
 
 
 def _xla_tensor(t):
@@ -272,10 +265,13 @@ def mark_sharding(t, mesh, partition_spec):
     in place; returns it wrapped as an XLAShardedTensor.
 
     Device data is placed at once (each device holds its shard); a pending
-    value becomes a sharding constraint in its graph."""
+    value becomes a sharding constraint in its graph. A dimension that does not
+    divide over its mesh axes is sharded with padding inside graphs, as upstream
+    pads it; its device data stays whole on every device (a jax.Array holds no
+    padded shards), and `local_shards` gives upstream's zero-padded shards."""
     _require_spmd()
     x = _xla_tensor(t)
-    _check(x, mesh, partition_spec, divisible=True)
+    _check(x, mesh, partition_spec)
     _api.mark_sharding(x, mesh._named_sharding(tuple(partition_spec)))
     return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
 
@@ -298,7 +294,7 @@ def mark_sharding_with_gradients(t, mesh, partition_spec):
     (t itself is not changed)."""
     _require_spmd()
     x = _xla_tensor(t)
-    _check(x, mesh, partition_spec, divisible=False)
+    _check(x, mesh, partition_spec)
     return MarkShardingFunction.apply(x, mesh, tuple(partition_spec))
 
 

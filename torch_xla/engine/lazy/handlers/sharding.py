@@ -49,13 +49,28 @@ def _whole(t):
     return t
 
 
+def is_even(sharding, shape):
+    """Whether every dimension of `shape` divides over its share of the mesh."""
+    try:
+        sharding.shard_shape(tuple(shape))
+        return True
+    except ValueError:
+        return False
+
+
 def _place(t, sharding, remember):
     """Device data: move its shards to `sharding` now; a pending value: constrain it.
-    `remember` is the annotation kept on the tensors (None after clear)."""
+    `remember` is the annotation kept on the tensors (None after clear).
+
+    An uneven layout (a dimension that does not divide over its mesh axes) can
+    constrain values inside a graph, where XLA pads the shards, but a jax.Array
+    cannot hold padded shards: such device data is kept whole on every device,
+    and the tensor remembers the annotation for its spec string and shards."""
     whole = _whole(t)
     node = _base_data(whole)
     if node is not None:
-        arr = topology.lay_out(node.data, sharding)
+        layout = sharding if is_even(sharding, whole._aval[0]) else topology.replicated()
+        arr = topology.lay_out(node.data, layout)
         views.assign(whole, (ir.data_node(arr, *whole._aval), 0), fresh=True)
         whole._last_data = None
         whole._sharding = remember
@@ -221,3 +236,25 @@ def from_cpu_shards(shards, s, ndim, global_shape=None):
     elif all(g % k == 0 for g, k in zip(want, tiles)):   # JAX holds even shards only
         annotate(t, s)
     return t
+
+
+def padded_shards(t, s):
+    """[(device, data, index slices)] of tensor t under an uneven layout `s`: each
+    device's tile of t zero-padded to the even shard shape (upstream's padded
+    shards), with the slices of t it covers (clipped to t's shape)."""
+    import numpy as np
+    from ..transfers import device_array
+    full = np.asarray(topology.host_value(device_array(t)))
+    nd = full.ndim
+    tiles = list(_hlo(s, nd).tile_assignment_dimensions())[:nd]
+    padded = tuple(-(-d // k) * k for d, k in zip(full.shape, tiles))
+    big = np.zeros(padded, dtype=full.dtype)
+    big[tuple(slice(0, d) for d in full.shape)] = full
+    where = s.devices_indices_map(padded)
+    out = []
+    for dev in topology.spmd_devices():
+        idx = where[dev]
+        clipped = [slice(min(sl.start or 0, d), min(sl.stop if sl.stop is not None else p, d), 1)
+                   for sl, d, p in zip(idx, full.shape, padded)]
+        out.append((dev, big[idx], clipped))
+    return out
