@@ -192,7 +192,7 @@ def _clone(args, kwargs):
         _plain_clone.append(_functional_handler(op_info(torch.ops.aten.clone.default)))
     out = _plain_clone[0](args, kwargs)
     x = args[0]
-    if topology.mode() == topology.SPMD and getattr(x, "_xb", 0) is not 0:
+    if topology.mode() == topology.SPMD and hasattr(x, "_xb"):
         s = current_sharding(x)
         if s is not None:
             annotate(out, s)
