@@ -322,3 +322,17 @@ def test_xla_tensor_class_pays_nothing_for_dynamo(dev):
     assert type(cls) is type(torch.Tensor)
     assert cls in VariableBuilder._type_dispatch_impl(False)
     assert cls in VariableBuilder._type_dispatch_impl(True)
+
+
+def test_step_reads_only_captured_views_through_their_base(dev):
+    # a step captured with a view in one slot and a plain tensor in another: a
+    # later call passing a view in the plain slot must read that view's value,
+    # not its (larger) base
+    from torch_xla.engine import api
+    step, _ = api.capture_step(lambda a, b: [a + b], [torch.arange(8.).to(dev)[:4], torch.ones(4).to(dev)])
+    assert step.replayable and list(step.views) == [0]
+    a_base, b_base = (torch.arange(8.) * 10).to(dev), torch.arange(12.).to(dev)   # device data
+    args = [a_base[:4], b_base[4:8]]
+    assert step.accepts(args)
+    (out,) = step.run(args)
+    torch.testing.assert_close(out.cpu(), torch.arange(4.) * 10 + torch.arange(4., 8.))

@@ -10,9 +10,10 @@ tensors for the outputs and new data for the arguments written in place.
 
 A step cannot be replayed (`replayable` is False, and the caller traces
 lazily every time) when the trace executed something (a host read or a CPU
-fallback: its result would be baked in as a constant), when an argument is
-a view (writes through views need the lazy path) or a CPU tensor (Dynamo passes
-Python floats so) (writes through views need the lazy path).
+fallback: its result would be baked in as a constant), when it writes into an
+argument that is a view (writes through views need the lazy path), or when an
+argument is a CPU tensor (Dynamo passes Python floats so). A view argument that
+is only read is bound through its base, guarded by `accepts`.
 
 Random ops: each takes a seed from the device generator as a scalar leaf.
 The capture records which scalar leaves hold the seeds it took, and a replay
@@ -35,8 +36,6 @@ from . import donation, mode, tensor
 from .handlers import random as _random
 from .views import view_value
 
-
-_SAVE_TENSORS = bool(config.get("XLA_SAVE_TENSORS_FILE"))
 
 
 def _executions():
@@ -75,7 +74,7 @@ class Step:
         # and the view's steps are ops of the graph, so a replay binds the base
         # and checks that the argument is the same view of a base of the same aval
         tensors = [(i, _root(a)) for i, a in enumerate(args) if isinstance(a, tensor.XLATensor)]
-        st.views = tuple((i, args[i]._chain, args[i]._xb._aval) for i, b in tensors if _base(args[i]) is None)
+        st.views = {i: (args[i]._chain, args[i]._xb._aval) for i, b in tensors if _base(args[i]) is None}
         bases = {}
         for i, b in tensors:
             if id(b) not in bases:
@@ -100,7 +99,7 @@ class Step:
         executed = _executions() != n_exec
         mutated = [i for i, v in saved.items() if _root(args[i])._v is not v]
         st.why = None
-        view_bases = {id(args[i]._xb) for i, _, _ in st.views}
+        view_bases = {id(args[i]._xb) for i in st.views}
         if any(type(a) is not tensor.XLATensor and isinstance(a, torch.Tensor) for a in args):
             st.why = "an input is not on the XLA device (its value would be baked in)"
         elif any(id(_root(args[i])) in view_bases for i in mutated):
@@ -174,7 +173,7 @@ class Step:
     def accepts(self, args):
         """Whether every argument captured as a view is the same view now (same
         steps, of a base of the same aval), so binding its base is right."""
-        for i, chain, aval in self.views:
+        for i, (chain, aval) in self.views.items():
             a = args[i]
             if type(a) is not tensor.XLATensor or a._xb is None or a._chain != chain or a._xb._aval != aval:
                 return False
@@ -189,9 +188,9 @@ class Step:
             if type(s) is int:
                 a = args[s]
                 if a._xb is not None:
-                    if a._chain and not self.views:
+                    if a._chain and s not in self.views:
                         return None
-                    a = a._xb   # a whole alias, or an accepted view: the graph reads the base
+                    a = a._xb   # a whole alias, or a view captured as one: the graph reads the base
                 v = a._v[0]
                 if v.kind != data or v.data is None:
                     return None
@@ -202,10 +201,9 @@ class Step:
 
     def _bind_slow(self, args, executor, device_array):
         pend = []
-        view_pos = {i for i, _, _ in self.views}
         for s in self.param_src:
             if type(s) is int:
-                a = _root(args[s]) if s in view_pos else _base(args[s])
+                a = _root(args[s]) if s in self.views else _base(args[s])
                 if a is not None and a._v[0].kind == ir.OP:
                     pend.append(a)
         if pend:
@@ -215,7 +213,7 @@ class Step:
         inputs = []
         for s in self.param_src:
             if type(s) is int:
-                a = _root(args[s]) if s in view_pos else _base(args[s])
+                a = _root(args[s]) if s in self.views else _base(args[s])
                 if a is None:   # a view: its current value
                     inputs.append(device_array(args[s]))
                     continue
@@ -271,7 +269,7 @@ class Step:
             t0 = time.perf_counter_ns()
             outs = exe.compiled(*inputs)
             metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
-        if (traced or _SAVE_TENSORS) and events.wanted("executed"):   # replays are dumped too
+        if events.wanted("executed") and (traced or config.get("XLA_SAVE_TENSORS_FILE")):   # replays are dumped
             events.emit("executed", graph=g, executable=exe, reason="dynamo")
         for k in g.donated:   # those buffers now belong to the outputs
             s = self.param_src[k]
@@ -279,10 +277,6 @@ class Step:
                 node = _root(args[s])._v[0]
                 if node.kind == ir.DATA:
                     donation.consumed(node)
-        return self._write_back(args, outs)
-
-    def _write_back(self, args, outs):
-        from . import executor
         executor._in_flight[:] = outs
         for i, aval, arr in zip(self.mut_index, self.mut_avals, outs):
             t = _root(args[i])
@@ -461,7 +455,7 @@ def capture_call(fn, args, kwargs, after_trace=None):
 
     st = Step()
     st.pools = None
-    st.views = ()
+    st.views = {}
     st.free_donated = ()
     seeds = st._take_scalars(g, seed0)
     st.graph = g
