@@ -42,11 +42,16 @@ def _loader(n=4, batch=4):
             for _ in range(n)]
 
 
-def test_inference_example_traces_once_and_replays():
+def _resnets(train):
+    """The same small ResNet on the CPU and on the XLA device (the guide's resnet18)."""
     torch.manual_seed(0)
-    cpu_model = ResNet().eval()
+    cpu_model = ResNet().train(train)
     device = torch_xla.device()
-    xla_resnet = copy.deepcopy(cpu_model).to(device)
+    return cpu_model, copy.deepcopy(cpu_model).to(device), device
+
+
+def test_inference_example_traces_once_and_replays():
+    cpu_model, xla_resnet, device = _resnets(train=False)
     xla_resnet.eval()
     dynamo_resnet = torch.compile(xla_resnet, backend='openxla')
     met.clear_all()
@@ -67,10 +72,7 @@ def test_training_example_matches_eager_cpu():
         optimizer.step()
         return pred
 
-    torch.manual_seed(0)
-    cpu_model = ResNet().train()
-    device = torch_xla.device()
-    xla_resnet = copy.deepcopy(cpu_model).to(device)
+    cpu_model, xla_resnet, device = _resnets(train=True)
     xla_resnet.train()
     dynamo_train_model = torch.compile(train_model, backend='openxla')
     cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.1, weight_decay=1e-2)

@@ -240,10 +240,19 @@ def _on_executed(graph, executable, reason):
                               output_shardings=_output_sharding_lines(graph, executable))
 
 
+def spmd_compiled(executable):
+    """The jax executable behind a partitioned (SPMD) one, compile/spmd.py's
+    `_Placed`, with the input shardings it was compiled for; (None, None) otherwise."""
+    placed = executable.compiled
+    shardings = getattr(placed, "shardings", None)
+    compiled = getattr(placed, "compiled", None) if shardings is not None else None
+    return (compiled, shardings) if compiled is not None else (None, None)
+
+
 def _output_sharding_lines(graph, executable):
     """'<shape> <sharding>' per output of an SPMD executable (None otherwise)."""
-    compiled = getattr(executable.compiled, "compiled", None)
-    if compiled is None or getattr(executable.compiled, "shardings", None) is None:
+    compiled, _ = spmd_compiled(executable)
+    if compiled is None:
         return None
     from ..lazy.handlers import sharding as _sh
     try:

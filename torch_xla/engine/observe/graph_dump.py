@@ -251,7 +251,7 @@ def save_tensors_file():
     if not path or path in ("STDOUT", "STDERR"):
         return path
     from ..runtime import topology
-    return f"{path}.{topology.rank() if topology.world_size() > 1 else 0}"
+    return f"{path}.{topology.rank()}"
 
 
 def save_format():

@@ -119,9 +119,8 @@ def _output_rows(compiled, n_out):
 
 def report(graph, executable):
     """The "SPMD Analysis:" block for a freshly compiled SPMD executable, or None."""
-    compiled = getattr(executable.compiled, "compiled", None)   # compile/spmd.py's _Placed
-    shardings = getattr(executable.compiled, "shardings", None)
-    if compiled is None or shardings is None:
+    compiled, shardings = debug.spmd_compiled(executable)
+    if compiled is None:
         return None
     found = debug._input_tensors(graph)
     names = {i: nt[0] for i, nt in found.items()}

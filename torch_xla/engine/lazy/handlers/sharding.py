@@ -199,6 +199,13 @@ def _clone(args, kwargs):
     return out
 
 
+def _tiles(s, ndim):
+    """How many pieces `s` cuts each of `ndim` dims into."""
+    if s.is_fully_replicated:
+        return [1] * ndim
+    return list(_hlo(s, ndim).tile_assignment_dimensions())[:ndim]
+
+
 def from_cpu_shards(shards, s, ndim, global_shape=None):
     """A device tensor assembled from one CPU shard per SPMD device (in global
     ordinal order) laid out as jax sharding `s` over `ndim` dims; `global_shape`
@@ -216,7 +223,7 @@ def from_cpu_shards(shards, s, ndim, global_shape=None):
     if len(shape) != ndim or any(tuple(x.shape) != shape for x in shards):
         raise RuntimeError(f"_global_tensor_from_cpu_shards: every shard must have the same shape of rank {ndim}, "
                            f"got {[list(x.shape) for x in shards]}")
-    tiles = [1] * ndim if s.is_fully_replicated else list(_hlo(s, ndim).tile_assignment_dimensions())[:ndim]
+    tiles = _tiles(s, ndim)
     padded = tuple(d * t for d, t in zip(shape, tiles))
     want = padded if global_shape is None else tuple(int(d) for d in global_shape)
     if len(want) != ndim or any(-(-g // t) != d for g, t, d in zip(want, tiles, shape)):
@@ -245,8 +252,7 @@ def padded_shards(t, s):
     import numpy as np
     from ..transfers import device_array
     full = np.asarray(topology.host_value(device_array(t)))
-    nd = full.ndim
-    tiles = list(_hlo(s, nd).tile_assignment_dimensions())[:nd]
+    tiles = _tiles(s, full.ndim)
     padded = tuple(-(-d // k) * k for d, k in zip(full.shape, tiles))
     big = np.zeros(padded, dtype=full.dtype)
     big[tuple(slice(0, d) for d in full.shape)] = full
