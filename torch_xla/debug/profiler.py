@@ -17,6 +17,7 @@ annotations (`Trace`, `StepTrace`, `trace_me`) and the XLA executions.
 """
 import functools
 import os
+import sys
 import threading
 import time
 
@@ -129,9 +130,24 @@ def start_trace(log_dir: str, create_perfetto_link: bool = False, create_perfett
         if _tracing["on"]:
             raise RuntimeError("a profiler trace is already running; call stop_trace() first")
         os.makedirs(log_dir, exist_ok=True)
+        kw = {"profiler_options": _options()} if hasattr(_jp, "ProfileOptions") else {}
         _jp.start_trace(str(log_dir), create_perfetto_link=create_perfetto_link,
-                        create_perfetto_trace=create_perfetto_trace)
+                        create_perfetto_trace=create_perfetto_trace, **kw)
         _tracing["on"] = True
+
+
+def _options():
+    """The host tracer (Trace/StepTrace/trace_me and XLA's own events) always;
+    the Python function tracer only where it is safe. Before Python 3.12 it
+    installs itself by swapping each thread's state in turn, and a thread
+    re-entering torch's Python dispatch at that moment sees a current thread
+    state that is not its own ("GIL must be held before you call
+    parseIValuesToPyArgsKwargs"). XLA_PROFILER_PYTHON_TRACER=1/0 overrides."""
+    opts = _jp.ProfileOptions()
+    flag = os.environ.get("XLA_PROFILER_PYTHON_TRACER")
+    on = sys.version_info >= (3, 12) if flag is None else flag.lower() in ("1", "true", "yes")
+    opts.python_tracer_level = 1 if on else 0
+    return opts
 
 
 def stop_trace():
