@@ -13,7 +13,8 @@ so and exits 0 ("skipped").
 Which files run, and how, comes from `upstream-suite-files.tsv` (default:
 `shared/baselines/` beside or above this checkout, or `/work/shared/baselines`):
 every row is run from `$UPSTREAM_XLA/test` with the row's environment (`@TMP@` is
-a fresh folder per row, `PJRT_DEVICE=CPU` unless already set) as either
+a fresh folder per row, `PJRT_DEVICE=CPU` unless already set) and what upstream's
+`run_tests.sh` exports (`TORCH_TEST_DEVICES`, `PYTORCH_TEST_WITH_SLOW`) as either
 `python FILE ARGS` (mode `main`/`script`) or `python -m unittest -v MODULE`
 (mode `unittest`).
 
@@ -253,6 +254,11 @@ def run_row(row, test_dir, out_dir, timeout, kfilters, use_checkout, shim_dir):
     tmp = tempfile.mkdtemp(prefix="upstream-")
     env = dict(os.environ)
     env.setdefault("PJRT_DEVICE", "CPU")
+    # what upstream's test/run_tests.sh exports: its device-type test base (the
+    # *XLA classes of instantiate_device_type_tests) and the slow cases
+    env.setdefault("TORCH_TEST_DEVICES", os.path.join(test_dir, "pytorch_test_base.py"))
+    env.setdefault("PYTORCH_TEST_WITH_SLOW", "1")
+    env.setdefault("XLA_DUMP_FATAL_STACK", "1")
     if env_text != "-":
         for kv in env_text.split():
             k, _, v = kv.partition("=")
