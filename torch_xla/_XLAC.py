@@ -281,6 +281,24 @@ def _xla_mark_sharding(t, sharding):
     _api.mark_sharding(t, sharding)
 
 
+def _spmd_full_to_shard_shape(t):
+    """A manually sharded tensor of one shard's shape: on each device, that
+    device's shard of sharded tensor t (SPMDFullToShardShape)."""
+    return _api.full_to_shard(t)
+
+
+def _spmd_shard_to_full_shape(t, sharding, full_shape, dtype):
+    """The tensor of `full_shape` laid out as `sharding` (Mesh.get_op_sharding)
+    whose shards are manual tensor t's values (SPMDShardToFullShape)."""
+    out = _api.shard_to_full(t, getattr(sharding, "sharding", sharding), full_shape)
+    return out if dtype is None or out.dtype == dtype else out.to(dtype)
+
+
+def _mark_manual_sharding(t, sharding=None):
+    """Mark pending tensor t manual: each device's copy becomes its own value."""
+    _api.mark_manual(t)
+
+
 # -- distributed runtime and preemption ------------------------------------------
 
 def _ensure_xla_coordinator_initialized(global_rank, world_size, master_addr, master_port=None):

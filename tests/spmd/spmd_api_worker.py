@@ -272,6 +272,50 @@ def check_visualize(n):
     assert text.count("CPU ") == n and text.splitlines()[1].count("|") == n // 2 + 1, text
 
 
+def _raises(fn, *words):
+    try:
+        fn()
+    except RuntimeError as e:
+        assert all(w in str(e) for w in words), (words, str(e))
+        return
+    raise AssertionError(f"no RuntimeError with {words}")
+
+
+def check_manual(n):
+    """enable/disable_manual_sharding: a shard_map region where each device
+    computes on its own rows (a per-shard softmax and cumsum differ from the
+    global ones), matching eager applied chunk by chunk."""
+    mesh = xs.Mesh(np.arange(n), (n, 1), ("data", "model"))
+    xs.set_global_mesh(mesh)
+    cpu = torch.randn(4 * n, 6)
+    x = cpu.to("xla")
+    m = xs.enable_manual_sharding(x, ("data", None))
+    assert m.shape == (4, 6) and m.sharding_spec == "{manual}" and m.sharding_type == xs.ShardingType.MANUAL
+    local = torch.softmax(m.global_tensor, dim=0).cumsum(0) * 2
+    full = xs.disable_manual_sharding(local, ("data", None), x.shape)
+    assert full.shape == x.shape and spec(full.global_tensor) == "{devices=[%d,1]%s}" % (n, ids(range(n)))
+    want = torch.cat([torch.softmax(c, dim=0).cumsum(0) * 2 for c in cpu.chunk(n)])
+    torch.testing.assert_close(full.global_tensor.cpu(), want)
+    # the low-level pair, explicit mesh, 2-D tiles
+    mesh2 = xs.Mesh(np.arange(n), (2, n // 2))
+    y = torch.arange(8 * n, dtype=torch.float32).reshape(4, 2 * n).to("xla")
+    xs.mark_sharding(y, mesh2, (0, 1))
+    yy = torch_xla._XLAC._spmd_full_to_shard_shape(y)
+    assert yy.shape == (2, 4) and spec(yy) == "{manual}"
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([yy])
+    assert 'custom_call_target="SPMDFullToShardShape", sharding={manual}' in hlo, hlo
+    back = torch_xla._XLAC._spmd_shard_to_full_shape(
+        xs._mark_manual_sharding(yy * 10).global_tensor, mesh2.get_op_sharding((0, 1)), y.shape, y.dtype)
+    torch.testing.assert_close(back.cpu(), y.cpu() * 10)
+    # errors name what is wrong
+    plain = torch.ones(8, 4).to("xla")
+    _raises(lambda: torch_xla._XLAC._spmd_full_to_shard_shape(plain), "has no sharding")
+    _raises(lambda: xs._mark_manual_sharding(plain), "device data")
+    _raises(lambda: torch_xla._XLAC._spmd_shard_to_full_shape(plain + 1, mesh.get_op_sharding((0, None)),
+                                                             (8, 4), torch.float32), "not manually sharded")
+    _raises(lambda: (m.global_tensor + 1).cpu(), "disable_manual_sharding")
+
+
 def main():
     xr.use_spmd()
     assert xr.is_spmd()
@@ -280,7 +324,7 @@ def main():
     assert xr.addressable_runtime_device_count() == n and xr.addressable_device_count() == 1
     assert str(torch_xla.device()) == "xla:0"
     for check in (check_strings, check_mesh, check_bad_specs, check_values_and_shards, check_gradients,
-                  check_no_recompile, check_shards_and_copies, check_visualize):
+                  check_no_recompile, check_shards_and_copies, check_visualize, check_manual):
         check(n)
         print("ok", check.__name__, flush=True)
     print("ALL OK")

@@ -469,6 +469,24 @@ def format_sharding(sharding, ndim):
 def sharding_type(t):
     from .lazy.handlers import sharding as _sh
     return _sh.sharding_type(t)
+
+
+def full_to_shard(t):
+    """A manual tensor: each device's shard of sharded tensor t, as its own value."""
+    from .lazy.handlers import sharding as _sh
+    return _sh.full_to_shard(t)
+
+
+def shard_to_full(t, sharding, full_shape, mark=False):
+    """The global tensor whose shards are manual tensor t's per-device values
+    (mark=True: t's per-device copies, when t is not manual)."""
+    from .lazy.handlers import sharding as _sh
+    return _sh.shard_to_full(t, sharding, full_shape, mark)
+
+
+def mark_manual(t):
+    from .lazy.handlers import sharding as _sh
+    return _sh.mark_manual(t)
 # -- control flow and JAX interop (function nodes; lazy/handlers/control_flow.py) ----
 
 def placeholder_tensor(shape, dtype):

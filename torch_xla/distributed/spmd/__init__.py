@@ -2,15 +2,16 @@
 
 `xr.use_spmd()` makes `xla:0` one logical device over every local device;
 `Mesh` / `HybridMesh` / `get_1d_mesh` arrange the devices; `mark_sharding`
-lays a tensor out over the mesh (see xla_sharding.py). What is not built
-(auto-sharding, manual sharding regions, DTensor integration) raises
-NotImplementedError naming itself. Distributed checkpoints:
+lays a tensor out over the mesh (see xla_sharding.py); enable_manual_sharding /
+disable_manual_sharding open and close manual (shard_map) regions. What is not
+built (auto-sharding, DTensor integration) raises NotImplementedError naming
+itself. Distributed checkpoints:
 torch_xla.experimental.distributed_checkpoint.
 """
 from .xla_sharded_tensor import XLAShard, XLAShardedTensor
 from .xla_sharding import (
     HybridMesh, MarkShardingFunction, apply_backward_optimization_barrier, Mesh, ShardingSpec, ShardingType, clear_sharding,
-    get_1d_mesh, get_global_mesh, mark_sharding, mark_sharding_with_gradients,
+    _mark_manual_sharding, disable_manual_sharding, enable_manual_sharding, get_1d_mesh, get_global_mesh, mark_sharding, mark_sharding_with_gradients,
     set_global_mesh, unwrap_sharded_tensor, wrap_as_sharded_tensor, wrap_if_sharded,
 )
 
@@ -24,9 +25,8 @@ def _unavailable(name):
 
 
 _NOT_BUILT = (
-    "enable_manual_sharding", "disable_manual_sharding",
     "shard_as", "annotate_custom_sharding", "xla_distribute_tensor", "xla_distribute_module",
-    "auto_policy", "xla_patched_nn_linear_forward", "_mark_manual_sharding",
+    "auto_policy", "xla_patched_nn_linear_forward",
 )
 globals().update({n: _unavailable(n) for n in _NOT_BUILT})
 
@@ -34,5 +34,6 @@ __all__ = [
     "XLAShard", "XLAShardedTensor", "Mesh", "HybridMesh", "ShardingType", "ShardingSpec",
     "MarkShardingFunction", "mark_sharding", "mark_sharding_with_gradients", "clear_sharding",
     "get_1d_mesh", "set_global_mesh", "get_global_mesh", "wrap_as_sharded_tensor",
-    "unwrap_sharded_tensor", "wrap_if_sharded", "apply_backward_optimization_barrier", *_NOT_BUILT,
+    "unwrap_sharded_tensor", "wrap_if_sharded", "apply_backward_optimization_barrier",
+    "enable_manual_sharding", "disable_manual_sharding", "_mark_manual_sharding", *_NOT_BUILT,
 ]

@@ -329,6 +329,45 @@ def wrap_if_sharded(x):
     return x
 
 
+def _mesh_or_global(mesh, what):
+    mesh = get_global_mesh() if mesh is None else mesh
+    if mesh is None:
+        raise RuntimeError(f"{what}: no mesh given and no global mesh set (xs.set_global_mesh)")
+    return mesh
+
+
+def _mark_manual_sharding(t):
+    """Mark the pending tensor t manual: from here each device's copy is its own
+    value, and ops on it run per device (pair it with _spmd_shard_to_full_shape,
+    as disable_manual_sharding does). Device data cannot be marked."""
+    _require_spmd()
+    _api.mark_manual(_xla_tensor(unwrap_sharded_tensor(t)))
+    return wrap_as_sharded_tensor(t)
+
+
+def enable_manual_sharding(t, partition_spec, *, mesh=None):
+    """Shard t by `partition_spec` over `mesh` (default: the global mesh) and
+    return each device's shard as a manually sharded tensor: ops on it run per
+    device, the partitioner leaves them alone, and collectives are yours to call
+    (a shard_map region). Close it with disable_manual_sharding before the graph
+    is synced."""
+    _require_spmd()
+    mesh = _mesh_or_global(mesh, "enable_manual_sharding")
+    x = mark_sharding(unwrap_sharded_tensor(t), mesh, partition_spec)
+    out = _api.full_to_shard(unwrap_sharded_tensor(x))
+    return wrap_as_sharded_tensor(out, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+
+
+def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None):
+    """Assemble manually sharded t (one shard per device) into the global tensor
+    of `full_shape` laid out by `partition_spec` over `mesh` (default: global)."""
+    _require_spmd()
+    mesh = _mesh_or_global(mesh, "disable_manual_sharding")
+    x = _xla_tensor(unwrap_sharded_tensor(t))
+    out = _api.shard_to_full(x, mesh._named_sharding(tuple(partition_spec)), full_shape, mark=True)
+    return wrap_as_sharded_tensor(out, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+
+
 def apply_backward_optimization_barrier(m):
     """Put the gradients of m's parameters and m's input gradients through one
     optimization barrier after m's backward (a full backward hook), so XLA does

@@ -48,7 +48,8 @@ class SpmdJit(LocalJit):
         return _Placed(compiled, shardings)
 
 
-CONSTRAINT = "sharding_constraint"
+# nodes that place values over the devices (lazy/handlers/sharding.py)
+SHARDING_OPS = frozenset(("sharding_constraint", "spmd_full_to_shard", "spmd_shard_to_full"))
 
 
 def _sharded(graph, inputs):
@@ -57,7 +58,7 @@ def _sharded(graph, inputs):
         s = getattr(x, "sharding", None)
         if s is not None and len(s.device_set) > 1:
             return True
-    return any(n.entry.name == CONSTRAINT for n in graph.order)
+    return any(n.entry.name in SHARDING_OPS for n in graph.order)
 
 
 class _Placed:

@@ -211,13 +211,31 @@ def lower(values):
     g = _graph(values)
     fn = g.build_fn(LoweringContext(jax_platform(), scope=op_scope if _hlo_debug() else None))
     fn.__name__ = "IrToHlo"
-    return jax.jit(fn).lower(*g.input_specs(to_jax))
+    specs = g.input_specs(to_jax)
+    for i, p in enumerate(g.params):   # sharded device data keeps its layout in the text
+        sh = getattr(p.data, "sharding", None)
+        if sh is not None and len(sh.device_set) > 1:
+            specs[i] = jax.ShapeDtypeStruct(specs[i].shape, specs[i].dtype, sharding=sh)
+    return jax.jit(fn).lower(*specs)
+
+
+def _gspmd_text():
+    """Upstream's HLO text spells shardings the GSPMD way (sharding={manual},
+    SPMDFullToShardShape); JAX lowers for Shardy by default. Text only: what
+    runs is compiled as JAX chooses."""
+    import contextlib
+    try:
+        from jax._src import config as _cfg
+        return _cfg.use_shardy_partitioner(False)
+    except (ImportError, AttributeError):
+        return contextlib.nullcontext()
 
 
 def to_hlo(values):
     if not _graph(values).roots:
         return ""
-    return lower(values).as_text(dialect="hlo", debug_info=_hlo_debug())
+    with _gspmd_text():
+        return lower(values).as_text(dialect="hlo", debug_info=_hlo_debug())
 
 
 def to_stablehlo(values):

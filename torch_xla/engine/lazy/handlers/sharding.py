@@ -34,6 +34,174 @@ def _lowering(x, *, sharding):
 _CONSTRAINT = OpInfo("sharding_constraint", None, _lowering, meta=_meta)
 
 
+# -- manual sharding ------------------------------------------------------------
+# A manual value is a global value of one shard's shape whose buffer differs on
+# every device (declared replicated to the partitioner, so ops on it run per
+# device with no communication). full_to_shard and shard_to_full move between
+# the two views with an identity shard_map, which lowers to upstream's
+# SPMDFullToShardShape / SPMDShardToFullShape custom calls.
+
+def _identity_shard_map(x, mesh, in_spec, out_spec):
+    import jax
+    sm = getattr(jax, "shard_map", None)
+    if sm is not None:
+        kw = {"check_vma": False}
+    else:  # jax < 0.7
+        from jax.experimental.shard_map import shard_map as sm
+        kw = {"check_rep": False}
+    return sm(lambda v: v, mesh=mesh, in_specs=(in_spec,), out_specs=out_spec, **kw)(x)
+
+
+def _to_shard_meta(x, *, sharding, local):
+    return torch.empty(local, dtype=x.dtype, device="meta")
+
+
+def _to_shard_lowering(x, *, sharding, local):
+    from jax.sharding import PartitionSpec
+    return _identity_shard_map(x, sharding.mesh, sharding.spec, PartitionSpec())
+
+
+def _to_full_meta(x, *, sharding, full):
+    return torch.empty(full, dtype=x.dtype, device="meta")
+
+
+def _to_full_lowering(x, *, sharding, full):
+    import jax
+    from jax.sharding import PartitionSpec
+    y = _identity_shard_map(x, sharding.mesh, PartitionSpec(), sharding.spec)
+    if tuple(y.shape) != tuple(full):   # the shards were padded: drop the padding
+        y = jax.lax.slice(y, (0,) * len(full), tuple(full))
+    return y
+
+
+_TO_SHARD = OpInfo("spmd_full_to_shard", None, _to_shard_lowering, meta=_to_shard_meta)
+_TO_FULL = OpInfo("spmd_shard_to_full", None, _to_full_lowering, meta=_to_full_meta)
+
+
+def _named(s, what):
+    if not hasattr(s, "mesh") or not hasattr(s, "spec"):
+        raise RuntimeError(f"{what}: the sharding must be a mesh sharding (Mesh.get_op_sharding), got {s!r}")
+    return s
+
+
+def _check_spmd(what):
+    if topology.mode() != topology.SPMD:
+        raise RuntimeError(f"{what}: manual sharding needs SPMD mode (call xr.use_spmd() first)")
+
+
+def full_to_shard(t):
+    """upstream's _spmd_full_to_shard_shape: a new manual tensor holding, on
+    each device, that device's shard of sharded tensor t."""
+    what = "_spmd_full_to_shard_shape"
+    _check_spmd(what)
+    if getattr(t, "_manual", False):
+        raise RuntimeError(f"{what}: the tensor is already manually sharded")
+    s = current_sharding(t)
+    if s is None:
+        raise RuntimeError(f"{what}: the tensor of shape {list(t.shape)} has no sharding; "
+                           "mark_sharding it first (enable_manual_sharding does both)")
+    s = _named(s, what)
+    try:
+        local = tuple(s.shard_shape(tuple(t.shape)))
+    except ValueError:
+        raise RuntimeError(f"{what}: shape {list(t.shape)} does not divide evenly over the mesh "
+                           f"as {s.spec}; manual regions need even shards") from None
+    _watch_manual()
+    out, e = trace_node(_TO_SHARD, (t,), {"sharding": s, "local": local})
+    r = wrap(out, e)
+    r._manual = True
+    return r
+
+
+def is_manual(t):
+    """Whether t is manually sharded: marked so, or computed from a manual value
+    that no shard_to_full closed (ops do not carry the mark)."""
+    if getattr(t, "_manual", False):
+        return True
+    from ...ir.graph import Graph
+    from ..transfers import value_of
+    v = value_of(t)
+    return v[0].kind == ir.OP and bool(manual_roots(Graph.capture([v])))
+
+
+def _as_manual(t, what):
+    """(node, entry) of t's value seen as manual: each device's copy its own."""
+    if _base_data(_whole(t)) is not None:
+        raise RuntimeError(f"{what}: device data (shape {list(t.shape)}) cannot be marked manual; "
+                           "use enable_manual_sharding, or mark the result of an op")
+    s = current_sharding(t)
+    if s is not None and not s.is_fully_replicated:
+        raise RuntimeError(f"{what}: the tensor is sharded as {spec_string(t)}; "
+                           "use _spmd_full_to_shard_shape (enable_manual_sharding) for sharded tensors")
+    _watch_manual()
+    return trace_node(_TO_SHARD, (t,), {"sharding": topology.replicated(), "local": tuple(t.shape)})
+
+
+def mark_manual(t):
+    """upstream's _mark_manual_sharding: from here on, each device's copy of
+    pending value t is its own local value (t itself becomes manual)."""
+    what = "_mark_manual_sharding"
+    _check_spmd(what)
+    if not is_manual(t):
+        out, _ = _as_manual(t, what)
+        views.assign(t, (out, 0))
+        t._sharding = None
+    t._manual = True
+    return t
+
+
+def shard_to_full(t, sharding, full_shape, mark=False):
+    """upstream's _spmd_shard_to_full_shape: the global tensor of `full_shape`
+    laid out as `sharding` whose shards are manual tensor t's per-device values.
+    mark=True takes a tensor that is not manual as each device's own value
+    first (what disable_manual_sharding does)."""
+    what = "_spmd_shard_to_full_shape"
+    _check_spmd(what)
+    if not is_manual(t):
+        if not mark:
+            raise RuntimeError(f"{what}: the tensor is not manually sharded "
+                               "(enable_manual_sharding / _mark_manual_sharding first)")
+        t = wrap(*_as_manual(t, what))
+    s = _named(sharding, what)
+    full = tuple(int(d) for d in full_shape)
+    tiles = _tiles(s, len(full))
+    local = tuple(t.shape)
+    if len(local) != len(full) or any(-(-f // k) != d for f, k, d in zip(full, tiles, local)):
+        raise RuntimeError(f"{what}: shards of shape {list(local)} tiled {tiles} cannot make "
+                           f"a tensor of shape {list(full)}")
+    out, e = trace_node(_TO_FULL, (t,), {"sharding": s, "full": full})
+    r = wrap(out, e)
+    r._sharding = s
+    return r
+
+
+def manual_roots(graph):
+    """Roots of `graph` computed from a manual value that no shard_to_full
+    closed: XLA cannot hand those back (each device holds a different value)."""
+    manual = set()
+    for node in graph.order:   # operands before users
+        name = node.entry.name
+        if name == _TO_SHARD.name or (name != _TO_FULL.name
+                                      and any(id(v[0]) in manual for v in node.operands)):
+            manual.add(id(node))
+    return [i for i, (node, _) in enumerate(graph.roots) if id(node) in manual]
+
+
+def _refuse_manual_outputs(graph, **_):
+    bad = manual_roots(graph)
+    if bad:
+        shapes = [list(graph.roots[i][0].entry.out_avals[graph.roots[i][1]][0]) for i in bad]
+        raise RuntimeError(
+            f"torch_xla: {len(bad)} manually sharded tensor(s) of shape {shapes} would be computed; "
+            "each device holds a different value, so pass them through disable_manual_sharding "
+            "(_spmd_shard_to_full_shape) before they are read or synced, or drop them")
+
+
+def _watch_manual():
+    from ...base import events
+    events.subscribe("compile_begin", _refuse_manual_outputs)
+
+
 def _base_data(t):
     """The data node behind base tensor t, or None when its value is pending or a scalar."""
     if t._xb is None and t._v[0].kind == ir.DATA and t._v[0].data is not None:
@@ -129,7 +297,9 @@ def _hlo(sharding, ndim):
 
 def spec_string(t):
     """Upstream's sharding text for t: '{devices=[4,1]0,1,2,3}', '{replicated}',
-    '{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}', '' when unsharded."""
+    '{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}', '{manual}', '' when unsharded."""
+    if getattr(t, "_manual", False):
+        return "{manual}"
     s = current_sharding(t)
     if s is None:
         return ""
@@ -161,6 +331,8 @@ def format_sharding(s, ndim):
 
 def sharding_type(t):
     """Upstream's ShardingType number of t's sharding, or None when unsharded."""
+    if getattr(t, "_manual", False):
+        return MANUAL
     s = current_sharding(t)
     if s is None:
         return None
