@@ -63,9 +63,10 @@ def test_known_program_counts_exactly(dev):
     # the tensor, and the scalar 2.71828 once (a value no earlier test used): later steps reuse its device copy
     assert int(metrics["TransferToDeviceTime"][1]) == 2
     assert int(metrics["TransferFromDeviceTime"][1]) == 3
-    assert int(metrics["InboundData"][1]) == 2, metrics["InboundData"]
-    assert metrics["InboundData"][2] == "372.00B", metrics["InboundData"]  # 7*13*4 + the scalar pool (8 bytes)
-    assert metrics["OutboundData"][2] == f"{3 * 364}.00B" or metrics["OutboundData"][2] == "1.07KB"
+    # upstream's names: OutboundData leaves the host for the device, InboundData comes back
+    assert int(metrics["OutboundData"][1]) == 2, metrics["OutboundData"]
+    assert metrics["OutboundData"][2] == "372.00B", metrics["OutboundData"]  # 7*13*4 + the scalar pool (8 bytes)
+    assert metrics["InboundData"][2] == f"{3 * 364}.00B" or metrics["InboundData"][2] == "1.07KB"
     assert _seconds(metrics["CompileTime"][2]) > 0
     # the API agrees with the report
     assert met.counter_value("CachedCompile") == 2
@@ -159,7 +160,7 @@ def test_scalar_only_uploads_are_counted_as_transfers():
     xm.mark_step()
     data = met.metric_data("TransferToDeviceTime")
     assert data is not None and data[0] == 1, data
-    assert met.metric_data("InboundData")[1] > 0
+    assert met.metric_data("OutboundData")[1] > 0
     assert "Metric: TransferToDeviceTime" in met.metrics_report()
     assert y.cpu().tolist() == [13.0625] * 3
     z = x + 13.0625                              # the same scalar again: its device copy is reused

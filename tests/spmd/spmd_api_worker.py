@@ -316,6 +316,32 @@ def check_manual(n):
     _raises(lambda: (m.global_tensor + 1).cpu(), "disable_manual_sharding")
 
 
+def check_input_sharding(n):
+    """send_cpu_data_to_device and MpDeviceLoader lay batches out as they
+    arrive: one ShardingSpec for every tensor of its rank, or one per key of a
+    dict batch (a missing key: KeyError; a batch that is not a dict: ValueError)."""
+    import torch_xla.distributed.parallel_loader as pl
+    mesh = xs.get_1d_mesh("x")
+    rows = xs.ShardingSpec(mesh, ("x", None))
+    cpu = torch.arange(8 * n, dtype=torch.float32).reshape(2 * n, 4)
+    x, label = xm.send_cpu_data_to_device([cpu, torch.arange(3)], torch_xla.device(), input_sharding=rows)
+    assert spec(x) == "{devices=[%d,1]%s}" % (n, ids(range(n))) and spec(label) == ""
+    assert torch.equal(x.cpu(), cpu) and label.cpu().tolist() == [0, 1, 2]
+    batch = {"x": torch.randn(2 * n, 4), "y": torch.randn(2 * n, 4, 2)}
+    loader = pl.MpDeviceLoader([batch], torch_xla.device(),
+                               input_sharding={"x": rows, "y": xs.ShardingSpec(mesh, (None, "x", None))})
+    (got,) = list(loader)
+    assert spec(got["x"]) == "{devices=[%d,1]%s}" % (n, ids(range(n)))
+    assert spec(got["y"]) == "{devices=[1,%d,1]%s}" % (n, ids(range(n)))
+    torch.testing.assert_close(got["y"].cpu(), batch["y"])
+    for data, error in (([batch], KeyError), ([batch["x"]], ValueError)):
+        try:
+            list(pl.MpDeviceLoader(data, torch_xla.device(), input_sharding={"x": rows}))
+            raise AssertionError(f"no {error.__name__}")
+        except error as e:
+            assert "input_sharding" in str(e), e
+
+
 def main():
     xr.use_spmd()
     assert xr.is_spmd()
@@ -324,7 +350,7 @@ def main():
     assert xr.addressable_runtime_device_count() == n and xr.addressable_device_count() == 1
     assert str(torch_xla.device()) == "xla:0"
     for check in (check_strings, check_mesh, check_bad_specs, check_values_and_shards, check_gradients,
-                  check_no_recompile, check_shards_and_copies, check_visualize, check_manual):
+                  check_no_recompile, check_shards_and_copies, check_visualize, check_input_sharding, check_manual):
         check(n)
         print("ok", check.__name__, flush=True)
     print("ALL OK")

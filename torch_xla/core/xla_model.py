@@ -574,14 +574,21 @@ def _maybe_convert_to_cpu(data, convert=True):
 
 
 def send_cpu_data_to_device(datas, device, input_sharding=None):
-    """Move every CPU tensor in `datas` (a single tensor becomes [tensor]) to `device`."""
-    if input_sharding is not None:
-        raise NotImplementedError("send_cpu_data_to_device(input_sharding=...): SPMD sharding is not "
-                                  "implemented in this torch_xla")
+    """Move every CPU tensor in `datas` (a single tensor becomes [tensor]) to
+    `device`; in SPMD, `input_sharding` (a ShardingSpec) lays out each tensor
+    whose rank it fits as it arrives."""
     if _plain_tensor(datas):
         datas = [datas]
-    return ToXlaTensorArena(lambda ts: [t.to(device) for t in ts],
-                            lambda v: _plain_tensor(v) and v.device.type == "cpu").transform(datas)
+
+    def convert(ts):
+        out = [t.to(device) for t in ts]
+        if input_sharding is not None:
+            for x in out:
+                if input_sharding.can_apply(x):
+                    input_sharding.apply(x)
+        return out
+
+    return ToXlaTensorArena(convert, lambda v: _plain_tensor(v) and v.device.type == "cpu").transform(datas)
 
 
 def xla_rendezvous(payload=b"", ordinals=None, tag=None):

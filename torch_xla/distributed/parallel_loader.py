@@ -50,6 +50,21 @@ def _to_device(data, device, sharding=None):
     return data
 
 
+def _batch_to_device(batch, device, input_sharding):
+    """A loaded batch on the device. A dict `input_sharding` names the
+    ShardingSpec of each key of a dict batch (every key must have one)."""
+    if not isinstance(input_sharding, dict):
+        return _to_device(batch, device, input_sharding)
+    if not isinstance(batch, dict):
+        raise ValueError(f"input_sharding is a dict (keys {sorted(input_sharding)}), so each batch must be "
+                         f"a dict too; got a {type(batch).__name__}")
+    missing = [k for k in batch if k not in input_sharding]
+    if missing:
+        raise KeyError(f"keys {missing} of the batch are missing from input_sharding "
+                       f"(which has {sorted(input_sharding)})")
+    return type(batch)((k, _to_device(v, device, input_sharding[k])) for k, v in batch.items())
+
+
 def _apply_sharding(t, sharding):
     fn = getattr(sharding, "apply", None)
     can = getattr(sharding, "can_apply", None)
@@ -255,7 +270,7 @@ class ParallelLoader:
                 self._emit(i, batch)
                 return
             try:
-                out = _to_device(batch, self._devices[0], self._input_sharding)
+                out = _batch_to_device(batch, self._devices[0], self._input_sharding)
             except BaseException as e:  # noqa: BLE001
                 self._emit(i, _Failure(e))
                 return

@@ -132,7 +132,7 @@ def _upload_scalar_pools(inputs, n_params):
             t0 = time.perf_counter_ns()
             arr = jax.device_put(pool, dev)
             metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
-            metrics.metric("InboundData", pool.nbytes, kind="bytes")
+            metrics.metric("OutboundData", pool.nbytes, kind="bytes")
             _pool_cache[key] = arr
             if len(_pool_cache) > _POOL_CACHE_SIZE:
                 _pool_cache.popitem(last=False)

@@ -26,7 +26,7 @@ def upload_array(cpu):
     topology.lock()
     out = jax.device_put(np.array(arr, copy=True), topology.upload_device())
     metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
-    metrics.metric("InboundData", arr.nbytes, kind="bytes")
+    metrics.metric("OutboundData", arr.nbytes, kind="bytes")
     return out
 
 
@@ -62,7 +62,7 @@ def to_cpu(t):
     host = topology.host_value(arr)
     out = numpy_to_torch(host, t._aval[1])
     metrics.metric("TransferFromDeviceTime", time.perf_counter_ns() - t0)
-    metrics.metric("OutboundData", host.nbytes, kind="bytes")
+    metrics.metric("InboundData", host.nbytes, kind="bytes")
     return out
 
 
