@@ -67,6 +67,11 @@ def _xla_metrics_report():
     return metrics.metrics_report()
 
 
+def _xla_increment_counter(name, value):
+    """Add `value` to counter `name` (made when it does not exist yet)."""
+    _api.metrics.add_counts(((str(name), int(value)),))
+
+
 def _short_xla_metrics_report(counter_names, metric_names):
     from .debug import metrics
     return metrics.short_metrics_report(counter_names, metric_names)

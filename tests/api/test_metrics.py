@@ -170,3 +170,15 @@ def test_scalar_only_uploads_are_counted_as_transfers():
     xm.mark_step()
     assert met.metric_data("TransferToDeviceTime")[0] == 2
     assert z.cpu().tolist() == [13.0625] * 3 and w.cpu().tolist() == [17.0625] * 3
+
+
+def test_increment_counter_from_python():
+    # upstream's _XLAC._xla_increment_counter: adds to a counter, making it if needed
+    met.clear_counters()
+    torch_xla._XLAC._xla_increment_counter("UncachedCompile", 3)
+    torch_xla._XLAC._xla_increment_counter("SomeNewCounter", 2)
+    torch_xla._XLAC._xla_increment_counter("SomeNewCounter", 1)
+    assert met.counter_value("UncachedCompile") == 3
+    assert met.counter_value("SomeNewCounter") == 3
+    met.clear_counters()
+    assert met.counter_value("SomeNewCounter") is None
