@@ -109,6 +109,10 @@ def test_graph_dumps(dev):
     assert dot.startswith("digraph G {") and "->" in dot
     hlo = torch_xla._XLAC._get_xla_tensors_hlo([b])
     assert hlo.startswith("HloModule") and "reduce" in hlo
+    # upstream's spelling: instructions named after their opcode, parameters p<n>,
+    # each operand printed with its shape
+    assert "%p0.1 = f32[2,3]{1,0} parameter(0)" in hlo, hlo
+    assert re.search(r"%multiply\.1 = f32\[2,3\]\{1,0\} multiply\(f32\[2,3\]\{1,0\} %p0\.1, ", hlo), hlo
     shlo = xm.get_stablehlo([b])
     assert "stablehlo." in shlo and "func.func" in shlo
     bc = xm.get_stablehlo_bytecode([b])

@@ -11,7 +11,8 @@ torch_xla.experimental.distributed_checkpoint.
 from .xla_sharded_tensor import XLAShard, XLAShardedTensor
 from .xla_sharding import (
     HybridMesh, MarkShardingFunction, apply_backward_optimization_barrier, Mesh, ShardingSpec, ShardingType, clear_sharding,
-    _mark_manual_sharding, disable_manual_sharding, enable_manual_sharding, get_1d_mesh, get_global_mesh, mark_sharding, mark_sharding_with_gradients,
+    _mark_manual_sharding, disable_manual_sharding, enable_manual_sharding, get_1d_mesh,
+    EinsumLinear, XLAPatchedLinear, apply_xla_patch_to_nn_linear, xla_patched_nn_linear_forward, get_global_mesh, mark_sharding, mark_sharding_with_gradients,
     set_global_mesh, unwrap_sharded_tensor, wrap_as_sharded_tensor, wrap_if_sharded,
 )
 
@@ -26,7 +27,7 @@ def _unavailable(name):
 
 _NOT_BUILT = (
     "shard_as", "annotate_custom_sharding", "xla_distribute_tensor", "xla_distribute_module",
-    "auto_policy", "xla_patched_nn_linear_forward",
+    "auto_policy",
 )
 globals().update({n: _unavailable(n) for n in _NOT_BUILT})
 
@@ -35,5 +36,6 @@ __all__ = [
     "MarkShardingFunction", "mark_sharding", "mark_sharding_with_gradients", "clear_sharding",
     "get_1d_mesh", "set_global_mesh", "get_global_mesh", "wrap_as_sharded_tensor",
     "unwrap_sharded_tensor", "wrap_if_sharded", "apply_backward_optimization_barrier",
-    "enable_manual_sharding", "disable_manual_sharding", "_mark_manual_sharding", *_NOT_BUILT,
+    "enable_manual_sharding", "disable_manual_sharding", "_mark_manual_sharding",
+    "XLAPatchedLinear", "EinsumLinear", "xla_patched_nn_linear_forward", "apply_xla_patch_to_nn_linear", *_NOT_BUILT,
 ]

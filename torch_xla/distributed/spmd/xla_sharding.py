@@ -401,3 +401,73 @@ class ShardingSpec:
 
     def __repr__(self):
         return f"ShardingSpec(mesh={self.mesh}, partition_spec={self.partition_spec})"
+
+
+# -- nn.Linear through einsum ------------------------------------------------------
+# nn.Linear lowers through matmul, which flattens the leading dims to 2-D and
+# mixes a sharded batch dim with the others; einsum keeps every dim, so XLA's
+# partitioner can follow the annotations through forward and backward.
+
+def _autocast_wrappers():
+    amp = getattr(torch, "amp", None)
+    fwd, bwd = getattr(amp, "custom_fwd", None), getattr(amp, "custom_bwd", None)
+    if fwd is None or bwd is None:   # torch without device-generic custom_fwd
+        return (lambda f: f), (lambda f: f)
+    dtype = torch.get_autocast_dtype("xla") if hasattr(torch, "get_autocast_dtype") else torch.bfloat16
+    return fwd(device_type="xla", cast_inputs=dtype), bwd(device_type="xla")
+
+
+_fwd_autocast, _bwd_autocast = _autocast_wrappers()
+
+
+class XLAPatchedLinear(torch.autograd.Function):
+    """`torch.nn.functional.linear` written with einsum in forward and backward
+    (sharding annotations survive; no 2-D flattening). Under autocast its
+    inputs are cast to the autocast dtype and its backward runs in the same
+    precision as its forward."""
+
+    @staticmethod
+    @_fwd_autocast
+    def forward(ctx, input, weight, bias=None):
+        ctx.save_for_backward(input, weight, bias)
+        out = torch.einsum("...n,mn->...m", input, weight)
+        return out if bias is None else out + bias
+
+    @staticmethod
+    @_bwd_autocast
+    def backward(ctx, grad_output):
+        input, weight, bias = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        grad_input = torch.einsum("...m,mn->...n", grad_output, weight) if need[0] else None
+        grad_weight = torch.einsum("...m,...n->mn", grad_output, input) if need[1] else None
+        grad_bias = None
+        if bias is not None and len(need) > 2 and need[2]:
+            grad_bias = torch.einsum("...m->m", grad_output)
+        return grad_input, grad_weight, grad_bias
+
+
+def xla_patched_nn_linear_forward(m, input):
+    """What an `nn.Linear` m computes on `input`, through XLAPatchedLinear."""
+    return XLAPatchedLinear.apply(input, m.weight, m.bias)
+
+
+class EinsumLinear(torch.nn.Linear):
+    """An `nn.Linear` whose forward is XLAPatchedLinear."""
+
+    def forward(self, input):
+        return xla_patched_nn_linear_forward(self, input)
+
+
+def apply_xla_patch_to_nn_linear(module):
+    """Replace every `nn.Linear` below `module` by an EinsumLinear holding the same
+    parameters (the very Parameter objects); returns `module`."""
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Linear) and not isinstance(child, EinsumLinear):
+            with torch.device("meta"):
+                new = EinsumLinear(child.in_features, child.out_features, bias=child.bias is not None)
+            new.load_state_dict(child.state_dict(keep_vars=True), strict=True, assign=True)
+            new.train(child.training)
+            setattr(module, name, new)
+        else:
+            apply_xla_patch_to_nn_linear(child)
+    return module

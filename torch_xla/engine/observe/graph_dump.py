@@ -10,7 +10,9 @@ compile or run. With XLA_IR_DEBUG / XLA_HLO_DEBUG, nodes carry the user's
 line (ir/node.py): `location=` in the IR, and a named
 scope `aten::op(file:line)` in the HLO op_name metadata.
 """
+import collections
 import os
+import re
 import threading
 
 from ..base import config
@@ -231,11 +233,49 @@ def _gspmd_text():
         return contextlib.nullcontext()
 
 
+def _hlo_text(lowered):
+    """HLO text as upstream prints it (HloModule::ToString's defaults: %names,
+    each operand with its shape; metadata with XLA_HLO_DEBUG); where jaxlib
+    does not expose the print options, JAX's own text."""
+    debug = _hlo_debug()
+    try:
+        from jaxlib import _hlo
+        opts = _hlo.HloPrintOptions()
+        opts.print_operand_shape = True
+        opts.print_metadata = bool(debug)
+        text = lowered.compiler_ir("hlo").get_hlo_module().to_string(opts)
+    except (ImportError, AttributeError, TypeError):
+        return lowered.as_text(dialect="hlo", debug_info=debug)
+    return _opcode_names(text)
+
+
+_DEF = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .+? ([a-z][a-z0-9\-]*)\(([^)]*)", re.M)
+_REF = re.compile(r"%([\w.\-]+)")
+_HEAD = re.compile(r"(\(|, )([\w.\-]+): (?=[^\n]*\) -> [^\n]*\{$)", re.M)
+
+
+def _opcode_names(text):
+    """Instructions named as upstream's builder names them: after their opcode
+    (`%add.1`, `%custom-call.2`) and parameters `%p<number>.<k>`, numbered per
+    name in order, instead of after the JAX primitive that emitted them."""
+    counts = collections.Counter()
+    names = {}
+    entry = text.find("\nENTRY ")
+    # the entry computation is numbered first, as the builder makes it first
+    for m in sorted(_DEF.finditer(text), key=lambda m: (m.start() < entry, m.start())):
+        base = "p" + m.group(3).strip() if m.group(2) == "parameter" else m.group(2)
+        counts[base] += 1
+        names[m.group(1)] = f"{base}.{counts[base]}"
+    text = _REF.sub(lambda m: "%" + names.get(m.group(1), m.group(1)), text)
+    # computation headers list their parameters by name too
+    return _HEAD.sub(lambda m: m.group(1) + names.get(m.group(2), m.group(2)) + ": ", text)
+
+
 def to_hlo(values):
     if not _graph(values).roots:
         return ""
     with _gspmd_text():
-        return lower(values).as_text(dialect="hlo", debug_info=_hlo_debug())
+        return _hlo_text(lower(values))
 
 
 def to_stablehlo(values):

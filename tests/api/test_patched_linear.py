@@ -1,0 +1,52 @@
+"""XLAPatchedLinear / apply_xla_patch_to_nn_linear (torch_xla.distributed.spmd):
+nn.Linear through einsum, with the values and gradients of F.linear, and under
+autocast a bf16 product in forward and backward."""
+import re
+
+import torch
+import torch.nn.functional as F
+
+import torch_xla
+import torch_xla.distributed.spmd as xs
+
+
+def _run(fn, device, x0, w0, b0):
+    x, w, b = (t.clone().to(device).requires_grad_() for t in (x0, w0, b0))
+    y = fn(x, w, b)
+    (y * y).sum().backward()
+    return [t.detach().cpu() for t in (y, x.grad, w.grad, b.grad)]
+
+
+def test_values_and_gradients_match_linear(dev):
+    g = torch.Generator().manual_seed(0)
+    x0, w0, b0 = torch.randn(2, 5, 3, generator=g), torch.randn(4, 3, generator=g), torch.randn(4, generator=g)
+    got = _run(xs.XLAPatchedLinear.apply, dev, x0, w0, b0)
+    want = _run(F.linear, "cpu", x0, w0, b0)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_autocast_runs_the_products_in_bf16(dev):
+    linear = torch.nn.Linear(10, 15).to(dev)
+    x = torch.randn(5, 10).to(dev).requires_grad_()
+    with torch.autocast("xla", dtype=torch.bfloat16):
+        out = xs.xla_patched_nn_linear_forward(linear, x)
+        loss = (out.float() ** 2).mean()
+    assert out.dtype == torch.bfloat16
+    loss.backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([linear.weight.grad])
+    dots = [line for line in hlo.splitlines() if " dot(" in line]
+    assert dots and all(re.search(r"= bf16\[", line) for line in dots), dots
+    assert linear.weight.grad.dtype == torch.float32
+
+
+def test_patch_swaps_every_linear_and_keeps_its_parameters(dev):
+    m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
+                            torch.nn.Sequential(torch.nn.Linear(4, 2, bias=False))).to(dev)
+    x = torch.randn(6, 3).to(dev)
+    before = m(x).cpu()
+    params = [id(p) for p in m.parameters()]
+    assert xs.apply_xla_patch_to_nn_linear(m) is m
+    assert isinstance(m[0], xs.EinsumLinear) and isinstance(m[2][0], xs.EinsumLinear)
+    assert [id(p) for p in m.parameters()] == params      # the same Parameter objects
+    torch.testing.assert_close(m(x).cpu(), before)
