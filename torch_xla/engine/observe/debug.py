@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 from ..base import config, events, frames
 from ..base import metrics as _metrics
@@ -219,15 +220,18 @@ def _on_compiled(graph, executable, reason):
     counts = collections.Counter()
     for n in graph.order:
         counts["xla::" + op_name(n.entry).split("::", 1)[1]] += 1
-    _op_counts[executable] = tuple(counts.items())
-    if len(_op_counts) > 4096:
-        _prune_op_counts()
+    key = id(executable)
+    _op_counts[key] = tuple(counts.items())
+    # forget it when the compile cache lets the executable go (holding it here
+    # kept every evicted executable's JIT code mapped until the process ran out)
+    weakref.finalize(executable, _forget, key)
     if LEVEL >= 1 and _IS_MASTER and not _eager_now():
         _emit(_post_compilation(executable.compiled))
 
 
 def _on_executed(graph, executable, reason):
-    _exec_pending[executable] = _exec_pending.get(executable, 0) + 1
+    key = id(executable)
+    _exec_pending[key] = _exec_pending.get(key, 0) + 1
     save_to = config.get("XLA_SAVE_TENSORS_FILE")
     if not (LEVEL >= 2 or save_to):
         return
@@ -321,35 +325,35 @@ def _eager_now():
 # ---------------------------------------------------------------------------
 # per-op counters (xla::<op>), counted per executed graph, flushed lazily
 
-_op_counts = {}
-_exec_pending = {}
+_op_counts = {}      # id(executable) -> ((counter name, count), ...)
+_exec_pending = {}   # id(executable) -> runs not yet added to the counters
+_dead = collections.deque()   # (runs, op counts) of executables gone since the last flush
+
+
+def _forget(key):
+    # a weakref finalizer: may run inside any allocation, so it takes no lock
+    n = _exec_pending.pop(key, 0)
+    counts = _op_counts.pop(key, ())
+    if n and counts:
+        _dead.append((n, counts))
 
 
 def flush_op_counters():
-    if not _exec_pending:
+    global _exec_pending
+    if not _exec_pending and not _dead:
         return
     metrics = _metrics
     with _cache.lock:  # executions add to _exec_pending under this lock
-        pending = list(_exec_pending.items())
-        _exec_pending.clear()
+        taken, _exec_pending = _exec_pending, {}   # a swap: a finalizer may pop meanwhile
+    pending = [(n, _op_counts.get(k, ())) for k, n in taken.items()]
+    while _dead:
+        pending.append(_dead.popleft())
     total = collections.Counter()
-    for exe, n in pending:
-        for name, c in _op_counts.get(exe, ()):
+    for n, counts in pending:
+        for name, c in counts:
             total[name] += c * n
     if total:
         metrics.add_counts(total.items())
-
-
-def drop_pending():
-    _exec_pending.clear()
-
-
-def _prune_op_counts():
-    flush_op_counters()
-    live = set(id(e) for e in _cache.live())
-    for exe in list(_op_counts):
-        if id(exe) not in live:
-            del _op_counts[exe]
 
 
 # ---------------------------------------------------------------------------
