@@ -101,3 +101,23 @@ def test_seed_info(dev):
     xm.set_rng_state(23, str(dev))
     assert _XLAC._get_base_seed_as_tensor(str(dev)).item() == 23
     assert _XLAC._get_seed_info_id() == -127389
+
+
+def test_unsupported_nodes_collector_finds_fallbacks_and_keeps_counters(dev):
+    # upstream's dynamo_bridge.UnsupportedNodesCollector: the FX nodes that cannot
+    # stay in an XLA graph (here nonzero, which runs on the CPU fallback)
+    import torch_xla.debug.metrics as met
+    from torch_xla._dynamo import dynamo_bridge as bridge
+
+    class M(torch.nn.Module):
+        def forward(self, a, b):
+            c = a + b
+            return c * 2, torch.nonzero(c > 0)
+
+    gm = torch.fx.symbolic_trace(M())
+    met.clear_counters()
+    torch_xla._XLAC._xla_increment_counter("UncachedCompile", 3)
+    collector = bridge.UnsupportedNodesCollector(gm)
+    collector.run(torch.randn(4).to(dev), torch.randn(4).to(dev))
+    assert [n.name for n in collector.get_unsupported_nodes()] == ["nonzero"]
+    assert met.counter_value("UncachedCompile") == 3 and met.executed_fallback_ops() == []

@@ -222,5 +222,43 @@ def is_xla_tensor(t):
     return isinstance(t, torch.Tensor) and t.device.type == "xla"
 
 
-__all__ = ["extract_compiled_graph", "CompiledGraph", "NoneRemover", "is_xla_tensor"]
+def _fallback_counts(counters):
+    return {n: v for n, v in counters.items() if v and n.startswith("aten::")}
+
+
+def _all_on_xla(value):
+    if isinstance(value, torch.Tensor):
+        return is_xla_tensor(value)
+    if isinstance(value, (list, tuple)):
+        return all(_all_on_xla(v) for v in value)
+    return True
+
+
+class UnsupportedNodesCollector(torch.fx.Interpreter):
+    """Runs an FX graph on XLA tensors and collects the nodes that cannot stay
+    in an XLA graph (`get_unsupported_nodes()`): those that ran an op on the CPU
+    fallback, or whose arguments or results are not all XLA tensors. The
+    process's counters are left as they were, fallback counts included."""
+
+    def __init__(self, module):
+        super().__init__(module)
+        self._unsupported_nodes = []
+
+    def run_node(self, n):
+        saved = _metrics.snapshot_counters()
+        result = super().run_node(n)
+        fell_back = _fallback_counts(_metrics.snapshot_counters()) != _fallback_counts(saved)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        inputs_ok = all(_all_on_xla(v) for v in list(args) + list(kwargs.values()))
+        if fell_back or not (_all_on_xla(result) and inputs_ok):
+            self._unsupported_nodes.append(n)
+        _metrics.restore_counters(saved)   # what running the node counted is not the user's
+        return result
+
+    def get_unsupported_nodes(self):
+        return self._unsupported_nodes
+
+
+__all__ = ["extract_compiled_graph", "CompiledGraph", "NoneRemover", "UnsupportedNodesCollector",
+           "is_xla_tensor"]
 _ = torch_xla

@@ -241,6 +241,21 @@ def clear_counters():
         counters.clear()
 
 
+def snapshot_counters():
+    """Every counter's value now (pending per-op counts included)."""
+    flush()
+    with _lock:
+        return dict(counters)
+
+
+def restore_counters(saved):
+    """Put the counters back to a snapshot_counters() result."""
+    flush()
+    with _lock:
+        counters.clear()
+        counters.update(saved)
+
+
 def clear_metrics():
     with _lock:
         metrics.clear()
