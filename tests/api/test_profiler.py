@@ -69,3 +69,15 @@ def test_step_trace_replaces_the_loaders_sync(dev):
     # three StepTrace syncs and the loader's two at the end of the data; no per-batch loader syncs
     assert met.counter_value("MarkStep") == 5
     assert w.cpu().tolist() == [31.0, 37.0]
+
+
+def test_runtime_regions_carry_upstreams_names(tmp_path, dev):
+    # uploads, compiles, launches and host reads appear in a trace under the
+    # names upstream's runtime gives them
+    xp.start_trace(str(tmp_path))
+    x = torch.ones(5).to(dev)
+    (x + x * 3).cpu()
+    xp.stop_trace()
+    data = open(_xplanes(tmp_path)[0], "rb").read()
+    for name in ("TransferToDevice", "Compile", "ExecuteComputation", "TransferFromDevice"):
+        assert f"PjRtComputationClient::{name}".encode() in data, name

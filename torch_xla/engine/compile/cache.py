@@ -9,7 +9,7 @@ import collections
 import threading
 import time
 
-from ..base import config, metrics
+from ..base import config, metrics, profiling
 from ..runtime import topology
 from . import compiler, persistent
 
@@ -44,7 +44,8 @@ def compile_graph(graph, inputs):
         metrics.counter("PersistentCacheHit")
     else:
         before = persistent.snapshot()
-        compiled = compiler.strategy().compile(graph, inputs)
+        with profiling.region(profiling.COMPILE):
+            compiled = compiler.strategy().compile(graph, inputs)
         if digest is not None:
             metrics.counter("PersistentCacheMiss")
             persistent.store(digest, compiled)

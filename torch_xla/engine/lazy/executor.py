@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import torch
 
-from ..base import config, events, metrics
+from ..base import config, events, metrics, profiling
 from ..compile import cache
 from ..ir import node as ir
 from ..ir.graph import Graph
@@ -87,7 +87,8 @@ def run(root_values, owners=(), donate=False, reason="user"):
                                    n_out=n_roots)
             stage = "run"
             t0 = time.perf_counter_ns()
-            outs = exe.compiled(*inputs)
+            with profiling.region(profiling.EXECUTE):
+                outs = exe.compiled(*inputs)
             metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
         except Exception as e:
             notes = events.emit("failed", graph=g, stage=stage, error=e) if events.wanted("failed") else ()

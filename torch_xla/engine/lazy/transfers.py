@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..ir import node as ir
-from ..base import metrics
+from ..base import metrics, profiling
 from . import views
 from ..base.dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
 from .executor import materialize
@@ -24,7 +24,8 @@ def upload_array(cpu):
     t0 = time.perf_counter_ns()
     arr = storage_array(torch_to_numpy(cpu), cpu.dtype)
     topology.lock()
-    out = jax.device_put(np.array(arr, copy=True), topology.upload_device())
+    with profiling.region(profiling.TRANSFER_TO_DEVICE):
+        out = jax.device_put(np.array(arr, copy=True), topology.upload_device())
     metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("OutboundData", arr.nbytes, kind="bytes")
     return out
@@ -59,7 +60,8 @@ def device_array(t):
 def to_cpu(t):
     arr = device_array(t)
     t0 = time.perf_counter_ns()
-    host = topology.host_value(arr)
+    with profiling.region(profiling.TRANSFER_FROM_DEVICE):
+        host = topology.host_value(arr)
     out = numpy_to_torch(host, t._aval[1])
     metrics.metric("TransferFromDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("InboundData", host.nbytes, kind="bytes")
