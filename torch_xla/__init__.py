@@ -87,7 +87,9 @@ def sync(wait=False, reset_scope=True):
 
 @contextlib.contextmanager
 def step():
-    """Context manager for one training step: syncs on exit."""
+    """Context manager for one training step: syncs on entry (work pending from
+    before is not folded into the step's graph) and on exit, as upstream."""
+    sync()
     try:
         yield
     finally:

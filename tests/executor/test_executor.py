@@ -133,9 +133,13 @@ def test_torch_xla_compile_decorator_and_context(dev):
     with torch_xla.compile():
         z = torch.ones(2, device=dev) * 5
     assert z._v[0].kind == ir.DATA
-    with torch_xla.step():
+    before = torch.ones(2, device=dev) * 7      # pending from before the step
+    met.clear_counters()
+    with torch_xla.step():                        # syncs it on entry, the step's work on exit
+        assert before._v[0].kind == ir.DATA
         q = torch.ones(2, device=dev) - 1
     assert q._v[0].kind == ir.DATA and q.cpu().tolist() == [0.0, 0.0]
+    assert met.counter_value("MarkStep") == 2
 
 
 def _no_lowering_op():
