@@ -143,9 +143,10 @@ def _options():
     re-entering torch's Python dispatch at that moment sees a current thread
     state that is not its own ("GIL must be held before you call
     parseIValuesToPyArgsKwargs"). XLA_PROFILER_PYTHON_TRACER=1/0 overrides."""
+    from ..engine import api
     opts = _jp.ProfileOptions()
-    flag = os.environ.get("XLA_PROFILER_PYTHON_TRACER")
-    on = sys.version_info >= (3, 12) if flag is None else flag.lower() in ("1", "true", "yes")
+    flag = api.config.get("XLA_PROFILER_PYTHON_TRACER")
+    on = sys.version_info >= (3, 12) if not flag else api.config.flag("XLA_PROFILER_PYTHON_TRACER")
     opts.python_tracer_level = 1 if on else 0
     return opts
 

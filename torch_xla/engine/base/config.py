@@ -53,6 +53,8 @@ KNOBS = {
     "XLA_METRICS_FILE": ("", "append the metrics report at every barrier"),
     "XLA_METRICS_SAMPLES": ("1024", "samples kept per metric (read at import)"),
     "XLA_METRICS_PERCENTILES": ("0.01:0.05:0.1:0.2:0.5:0.8:0.9:0.95:0.99", "report percentiles"),
+    "XLA_PROFILER_PYTHON_TRACER": ("", "1/0: trace Python calls in profiles (default: on from Python 3.12; "
+                                       "before it the tracer races torch's dispatch on other threads)"),
 }
 
 _overrides = {}
