@@ -286,6 +286,32 @@ def _xla_mark_sharding(t, sharding):
     _api.mark_sharding(t, sharding)
 
 
+def _xla_dot_general(lhs, rhs, dimension_numbers, precision_config=None, preferred_element_type=None):
+    """XLA's DotGeneral: `dimension_numbers` is ((lhs_contracting, rhs_contracting),
+    (lhs_batch, rhs_batch)), each a list of dims (an empty tuple: none); the
+    result's dtype is `preferred_element_type` when given."""
+    import jax
+    if precision_config is not None:
+        raise RuntimeError("_xla_dot_general: precision_config is not supported; the default precision applies")
+    dims = []
+    for i, part in enumerate(tuple(dimension_numbers)):
+        if not isinstance(part, tuple) or len(part) not in (0, 2):
+            raise RuntimeError(f"_xla_dot_general: dimension_numbers[{i}] must be a tuple of two lists "
+                               f"(lhs and rhs dims) or an empty tuple, got {part!r}")
+        pair = [list(d) for d in part] if part else [[], []]
+        if not all(isinstance(x, int) for d in pair for x in d):
+            raise RuntimeError(f"_xla_dot_general: dimension_numbers[{i}] must hold lists of integers, got {part!r}")
+        dims.append((tuple(pair[0]), tuple(pair[1])))
+    if len(dims) != 2:
+        raise RuntimeError("_xla_dot_general: dimension_numbers must be a tuple of 2 elements "
+                           "(contracting dims, batch dims)")
+    kw = {"dimension_numbers": tuple(dims)}
+    if preferred_element_type is not None:
+        kw["preferred_element_type"] = _api.to_jax(preferred_element_type)
+    from .core import xla_builder
+    return xla_builder.call_jax(jax.lax.dot_general, (lhs, rhs), kw, name="xla_dot_general")
+
+
 def _spmd_full_to_shard_shape(t):
     """A manually sharded tensor of one shard's shape: on each device, that
     device's shard of sharded tensor t (SPMDFullToShardShape)."""

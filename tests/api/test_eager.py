@@ -82,7 +82,7 @@ def test_full_graph_raises_on_item(dev):
         y = (t * 2).sum()
         return y.item()
 
-    with pytest.raises(RuntimeError, match="unexpected execution inside the compiled function"):
+    with pytest.raises(RuntimeError, match="Unexpected execution happens inside the compiled function, exiting"):
         bad(a)
 
     @torch_xla.compile(full_graph=True)

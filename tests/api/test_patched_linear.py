@@ -50,3 +50,15 @@ def test_patch_swaps_every_linear_and_keeps_its_parameters(dev):
     assert isinstance(m[0], xs.EinsumLinear) and isinstance(m[2][0], xs.EinsumLinear)
     assert [id(p) for p in m.parameters()] == params      # the same Parameter objects
     torch.testing.assert_close(m(x).cpu(), before)
+
+
+def test_xla_dot_general_matches_matmul(dev):
+    # upstream's _XLAC._xla_dot_general: ((lhs contracting, rhs contracting), (lhs batch, rhs batch))
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(3, 4, 5, generator=g), torch.randn(3, 5, 2, generator=g)
+    z = torch_xla._XLAC._xla_dot_general(a.to(dev), b.to(dev), (([2], [1]), ([0], [0])))
+    torch.testing.assert_close(z.cpu(), torch.bmm(a, b), rtol=1e-5, atol=1e-5)
+    w = torch_xla._XLAC._xla_dot_general(a[0].to(dev), b[0].to(dev), (([1], [0]), ()),
+                                         preferred_element_type=torch.float64)
+    assert w.dtype == torch.float64
+    torch.testing.assert_close(w.cpu(), (a[0] @ b[0]).double(), rtol=1e-5, atol=1e-5)

@@ -128,7 +128,8 @@ def start_trace(log_dir: str, create_perfetto_link: bool = False, create_perfett
     """Start tracing this process into `log_dir` (until stop_trace)."""
     with _trace_lock:
         if _tracing["on"]:
-            raise RuntimeError("a profiler trace is already running; call stop_trace() first")
+            raise RuntimeError("Only one profile may be run at a time: a profiler trace is already running; "
+                               "call stop_trace() first")
         os.makedirs(log_dir, exist_ok=True)
         kw = {"profiler_options": _options()} if hasattr(_jp, "ProfileOptions") else {}
         _jp.start_trace(str(log_dir), create_perfetto_link=create_perfetto_link,
@@ -155,7 +156,7 @@ def stop_trace():
     """Stop the trace and write <log_dir>/plugins/profile/<run>/<host>.xplane.pb."""
     with _trace_lock:
         if not _tracing["on"]:
-            raise RuntimeError("no profiler trace is running (start_trace first)")
+            raise RuntimeError("No profile started: no profiler trace is running (start_trace first)")
         try:
             from ..core import xla_model as xm
             xm.wait_device_ops()  # let the traced executions finish inside the window

@@ -109,6 +109,6 @@ def unexpected_execution(graph, reason):
     at = f" at {where[1]}:{where[2]} in {where[0]}" if where else ""
     why = f" ({causes[0]})" if causes else ""
     raise RuntimeError(
-        "torch_xla.compile(full_graph=True): unexpected execution inside the compiled function"
-        f"{at}{why}. Something read a tensor's value (e.g. .item(), print, .cpu(), a "
+        "torch_xla.compile(full_graph=True): Unexpected execution happens inside the compiled "
+        f"function, exiting{at}{why}. Something read a tensor's value (e.g. .item(), print, .cpu(), a "
         "CPU fallback op) before the function returned; move it out of the compiled function.")
