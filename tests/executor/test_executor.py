@@ -1,7 +1,9 @@
 """The executor: barriers, graph caching, async execution, host reads,
 step closures, donation, and the CPU fallback."""
 import threading
+import time
 
+import pytest
 import torch
 
 import torch_xla
@@ -101,6 +103,28 @@ def test_async_step_closure_runs_off_thread(dev):
     xm.mark_step()
     assert done.wait(10)
     assert names[0] != threading.current_thread().name
+
+
+def test_async_step_closure_error_fails_the_next_barrier(dev):
+    # as upstream: the exception of an asynchronous closure is raised by the next
+    # barrier that runs asynchronous closures, and those closures are dropped
+    raised = threading.Event()
+    ran = []
+
+    def bad():
+        try:
+            raise ValueError("closure failed")
+        finally:
+            raised.set()
+
+    xm.add_step_closure(bad, run_async=True)
+    xm.mark_step()
+    assert raised.wait(10)
+    time.sleep(0.2)   # the worker records the error just after the closure returns
+    xm.add_step_closure(lambda: ran.append(1), run_async=True)
+    with pytest.raises(RuntimeError, match="closure failed"):
+        xm.mark_step()
+    assert ran == []
 
 
 def test_parameters_updated_in_place_are_donated_and_stay_correct(dev):

@@ -92,16 +92,26 @@ def wait_device_ops(devices=None):
     _api.wait_device_ops()
 
 
+_ASYNC = []
+
+
+def _async_closures():
+    """The one AsyncClosureHandler of this process (made on first use)."""
+    if not _ASYNC:
+        from torch_xla.utils.closures import AsyncClosureHandler
+        _ASYNC.append(AsyncClosureHandler())
+    return _ASYNC[0]
+
+
 def add_step_closure(closure, args=(), run_async=False):
     """Run closure(*args) after the next barrier, in the order added.
 
-    Closures see materialised tensors; run_async closures run on a background
-    thread after the barrier."""
+    Closures see materialised tensors; run_async closures run in order on one
+    background thread after the barrier, and an exception one of them raised
+    fails the next barrier that has asynchronous closures to run."""
     if run_async:
-        import threading
-
         def later(*a):
-            threading.Thread(target=closure, args=a, daemon=True).start()
+            _async_closures().run(lambda: closure(*a))
         _api.add_step_closure(later, args)
     else:
         _api.add_step_closure(closure, args)

@@ -48,6 +48,8 @@ class AsyncClosureHandler(ClosureHandler):
 
     def run(self, closure):
         if not self._error.empty():
-            raise self._error.get()
+            e = self._error.get()
+            raise RuntimeError(f"an asynchronous step closure raised {type(e).__name__}: {e}; "
+                               "later asynchronous closures are not run") from e
         self.start_event_loop()
         self._queue.put(closure)
