@@ -441,3 +441,21 @@ def test_backward_through_cpu_of_an_xla_tensor(dev):
     x = torch.randn(3, requires_grad=True)
     (x.to(dev) * 2).cpu().sum().backward()
     assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_reading_views_of_synced_data_compiles_nothing(dev):
+    # a view of device data is read by fetching its base once and taking the
+    # view on the host: no small graph per new view (x[i].item() in a loop,
+    # a transposed gradient's .cpu())
+    import torch_xla
+    import torch_xla.debug.metrics as met
+    cpu = _base(shape=(5, 6))
+    x = cpu.to(dev)
+    torch_xla.sync()
+    met.clear_all()
+    assert [x[i, 2].item() for i in range(5)] == [cpu[i, 2].item() for i in range(5)]
+    assert torch.equal(x.t().cpu(), cpu.t())
+    assert torch.equal(x[1:4, ::2].cpu(), cpu[1:4, ::2])
+    assert torch.equal(x.unbind(1)[3].cpu(), cpu.unbind(1)[3])
+    assert torch.equal(x.view(-1)[7:20].view(13, 1).expand(13, 2).cpu(), cpu.view(-1)[7:20].view(13, 1).expand(13, 2))
+    assert met.counter_value("UncachedCompile") is None

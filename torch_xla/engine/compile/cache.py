@@ -59,7 +59,7 @@ def compile_graph(graph, inputs):
     exe.donated = graph.donated
     exe.n_params = len(graph.params)
     _cache[graph.key] = exe
-    if len(_cache) > CACHE_SIZE:
+    while len(_cache) > max(CACHE_SIZE, 1):
         _cache.popitem(last=False)
     return exe
 

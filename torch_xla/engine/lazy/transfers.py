@@ -14,6 +14,7 @@ from ..base import metrics, profiling
 from . import views
 from ..base.dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
 from .executor import materialize
+from ..ops.op import _fill
 from ..ops.registry import handler
 from .device import check_index
 from ..runtime.platform import jax_device
@@ -57,7 +58,44 @@ def device_array(t):
     return arr
 
 
+_HOST_VIEW_BYTES = 4 << 20
+
+
+def _host_view(t):
+    """t's value taken on the host from its base's: one transfer of the base and
+    the view ops run by eager PyTorch, instead of a small graph compiled for each
+    new view (`w.grad.cpu()` of a transposed gradient, `x[i].item()` in a loop).
+    None when the base is large next to the view, or a step has no aten op."""
+    base = t._xb
+    shape, dtype = base._aval
+    numel = 1
+    for d in shape:
+        numel *= d
+    nbytes = numel * dtype.itemsize
+    if nbytes > _HOST_VIEW_BYTES and t.numel() * 4 < numel:
+        return None
+    steps = t._chain
+    if any(entry.info.func is None for entry, _ in steps):
+        return None
+    out = to_cpu(base)
+    try:
+        for entry, idx in steps:
+            args = _fill(entry.template, [out])
+            kwargs = {k: _fill(v, [out]) for k, v in entry.kwtemplate.items()} if entry.kwtemplate else {}
+            res = entry.info.func(*args, **kwargs)
+            out = res[idx] if isinstance(res, (tuple, list)) else res
+            # the device holds conj/neg values resolved; so must the host copy
+            out = out.resolve_conj().resolve_neg()
+    except RuntimeError:   # a step eager refuses here: compute the view on the device
+        return None
+    return out
+
+
 def to_cpu(t):
+    if t._xb is not None and t._chain:
+        out = _host_view(t)
+        if out is not None:
+            return out
     arr = device_array(t)
     t0 = time.perf_counter_ns()
     with profiling.region(profiling.TRANSFER_FROM_DEVICE):
