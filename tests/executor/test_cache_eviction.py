@@ -27,3 +27,18 @@ def test_evicted_executables_are_released_and_still_counted(dev, monkeypatch):
     assert len(alive) <= 4, f"{len(alive)} executables alive with a cache of 4"
     assert met.counter_value("xla::exp") == 12 and met.counter_value("xla::cat") == 12
     assert y.cpu().shape == (36,)
+
+
+def test_cache_halves_when_memory_maps_run_short(dev, monkeypatch):
+    # past 3/4 of the kernel's map limit the oldest half of the cache is dropped
+    # (here the limit is pretended to be just above what the process uses)
+    monkeypatch.setattr(cache, "_MAP_LIMIT", cache._maps_in_use() + 10)
+    met.clear_counters()
+    x = torch.randn(2).to(dev)
+    torch_xla.sync()
+    before = cache.size()
+    for i in range(64):
+        y = torch.cat([x.neg()] * (i + 40))
+        torch_xla.sync()
+    assert met.counter_value("CompilationCacheMapRelief") >= 1
+    assert cache.size() < before + 64 and y.shape == (206,)

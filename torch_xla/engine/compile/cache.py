@@ -61,7 +61,47 @@ def compile_graph(graph, inputs):
     _cache[graph.key] = exe
     while len(_cache) > max(CACHE_SIZE, 1):
         _cache.popitem(last=False)
+    _compiles[0] += 1
+    if _compiles[0] % 64 == 0:
+        _relieve_memory_maps()
     return exe
+
+
+# XLA:CPU maps each executable's JIT code in its own memory regions (about 30
+# for a small graph). Thousands of cached executables can reach the kernel's
+# per-process map limit, after which LLVM fails ("Cannot allocate memory") and
+# the process dies; so past 3/4 of the limit the oldest half of the cache goes.
+_compiles = [0]
+
+
+def _map_limit():
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+_MAP_LIMIT = _map_limit()
+
+
+def _maps_in_use():
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return None
+
+
+def _relieve_memory_maps():
+    if not _MAP_LIMIT:
+        return
+    used = _maps_in_use()
+    if used is None or used < _MAP_LIMIT * 3 // 4:
+        return
+    for _ in range(len(_cache) // 2):
+        _cache.popitem(last=False)
+    metrics.counter("CompilationCacheMapRelief")
 
 
 def size():
