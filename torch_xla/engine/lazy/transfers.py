@@ -3,6 +3,7 @@
 Every upload is counted in TransferToDeviceTime, every read in
 TransferFromDeviceTime; a read executes only the graph the tensor needs.
 """
+import math
 import time
 
 import jax
@@ -14,7 +15,7 @@ from ..base import metrics, profiling
 from . import views
 from ..base.dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
 from .executor import materialize
-from ..ops.op import _fill
+from ..ops.op import fill_args
 from ..ops.registry import handler
 from .device import check_index
 from ..runtime.platform import jax_device
@@ -68,11 +69,8 @@ def _host_view(t):
     None when the base is large next to the view, or a step has no aten op."""
     base = t._xb
     shape, dtype = base._aval
-    numel = 1
-    for d in shape:
-        numel *= d
-    nbytes = numel * dtype.itemsize
-    if nbytes > _HOST_VIEW_BYTES and t.numel() * 4 < numel:
+    numel = math.prod(shape)
+    if numel * dtype.itemsize > _HOST_VIEW_BYTES and t.numel() * 4 < numel:
         return None
     steps = t._chain
     if any(entry.info.func is None for entry, _ in steps):
@@ -80,8 +78,7 @@ def _host_view(t):
     out = to_cpu(base)
     try:
         for entry, idx in steps:
-            args = _fill(entry.template, [out])
-            kwargs = {k: _fill(v, [out]) for k, v in entry.kwtemplate.items()} if entry.kwtemplate else {}
+            args, kwargs = fill_args(entry, [out])
             res = entry.info.func(*args, **kwargs)
             out = res[idx] if isinstance(res, (tuple, list)) else res
             # the device holds conj/neg values resolved; so must the host copy

@@ -67,10 +67,16 @@ def _fill(t, arrays):
     return t
 
 
+def fill_args(e, values):
+    """(args, kwargs) of entry e's call with its operand slots filled from `values`."""
+    args = _fill(e.template, values)
+    kwargs = {k: _fill(v, values) for k, v in e.kwtemplate.items()} if e.kwtemplate else {}
+    return args, kwargs
+
+
 def apply_entry(e, arrays):
     """Run e's lowering on JAX values; returns the flat list of outputs."""
-    args = _fill(e.template, arrays)
-    kwargs = {k: _fill(v, arrays) for k, v in e.kwtemplate.items()} if e.kwtemplate else {}
+    args, kwargs = fill_args(e, arrays)
     prev = ctx.entry
     ctx.entry = e
     try:
