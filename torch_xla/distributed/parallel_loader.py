@@ -7,6 +7,12 @@ from the device queue; every `batches_per_execution` batches it syncs
 (xm.mark_step), so a step's graph runs while the next batches upload. An
 exception in a worker is re-raised in the training loop; at the end of the
 epoch, or when the loop breaks out, the threads stop.
+
+A wrapped loader that reports where it is (`end_of_dataloader`, as
+accelerate's DataLoaderShard does) is read at the training loop's pace
+instead: reading ahead would flip that flag while the loop still holds
+earlier batches (accelerate then skips the last batch's gradient sync and
+keeps gather_for_metrics' padding). Its batches still upload asynchronously.
 """
 import collections
 import queue
@@ -145,6 +151,10 @@ class ParallelLoader:
         self.batches_per_execution = max(1, int(batches_per_execution))
         self._input_sharding = input_sharding
         self._done = threading.Event()
+        self._paced = None
+        if hasattr(loader, "end_of_dataloader"):
+            self._paced = iter(loader)
+            return
         self._host_q = queue.Queue(maxsize=max(1, loader_prefetch_size))
         self._device_q = queue.Queue(maxsize=max(1, device_prefetch_size))
         self._nthreads = max(1, int(host_to_device_transfer_threads))
@@ -177,6 +187,9 @@ class ParallelLoader:
 
     def close(self):
         self._done.set()
+        if self._paced is not None:
+            self._paced = iter(())
+            return
         for q in (self._host_q, self._device_q):
             try:
                 while True:
@@ -188,6 +201,8 @@ class ParallelLoader:
         self.close()
 
     def next_item(self, device):
+        if self._paced is not None:
+            return self._next_paced()
         while True:
             if self._done.is_set() and self._device_q.empty():
                 return None
@@ -204,6 +219,17 @@ class ParallelLoader:
                 self.close()
                 raise item.exc
             return item
+
+    def _next_paced(self):
+        # the wrapped iterator advances only when the loop asks for the batch
+        if self._done.is_set():
+            return None
+        try:
+            batch = next(self._paced)
+        except StopIteration:
+            self.close()
+            return None
+        return _batch_to_device(batch, self._devices[0], self._input_sharding)
 
     # -- workers --------------------------------------------------------------
     def _put(self, q, item):
