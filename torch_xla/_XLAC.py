@@ -10,7 +10,13 @@ def _xla_sync_multi(tensors, devices=None, wait=True, sync_xla_data=True):
 
 
 def _xla_get_default_device():
-    return "xla:0"
+    return f"xla:{_api.default_device_index()}"
+
+
+def _xla_set_default_device(device):
+    index = int(str(device).rpartition(":")[2] or 0)
+    _api.check_device_index(f"xla:{index}")
+    _api.set_default_device(index)
 
 
 def _xla_real_devices(devices):

@@ -32,25 +32,34 @@ _api.on_dynamo_import(_register_while_loop_hop)
 
 
 def device(index=None):
-    """The XLA device of this process (`xla:0`); `index` must be None or 0."""
-    if index not in (None, 0):
-        _api.check_device_index(torch.device("xla", index))
-    return torch.device("xla", 0)
+    """An XLA device of this process. With no index, the default one (`xla:0`
+    unless an earlier call named another); `index` picks one of `devices()` and
+    makes it the default, as upstream does. A process started by a launcher, or
+    in SPMD mode, has only `xla:0`."""
+    if index is None:
+        return torch.device("xla", _api.default_device_index())
+    _api.check_device_index(torch.device("xla", index))
+    _api.set_default_device(index)
+    return torch.device("xla", index)
 
 
 def devices():
-    """The XLA devices this process can address: [xla:0]."""
-    return [torch.device("xla", 0)]
+    """The XLA devices this process can address: `xla:0`..`xla:N-1` for a process
+    alone on its host (N local devices, e.g. CPU_NUM_DEVICES), else [xla:0]."""
+    return [torch.device("xla", i) for i in range(device_count())]
 
 
 def device_count():
-    """How many XLA devices this process can address (1)."""
-    return 1
+    """How many XLA devices this process can address."""
+    return _api.addressable_device_count()
 
 
 def real_devices():
     """The runtime names of this process's devices, e.g. ['CPU:0']."""
     from . import runtime as xr
+    n = device_count()
+    if n > 1:
+        return [f"{xr.device_type()}:{i}" for i in range(n)]
     return [f"{xr.device_type()}:{xr.global_ordinal()}"]
 
 

@@ -59,8 +59,10 @@ def local_device_count():
 
 
 def addressable_device_count():
-    """Devices this process addresses: one (in SPMD mode too: the logical device)."""
-    return 1
+    """Devices this process addresses: every local device for a process alone on
+    its host outside SPMD (CPU_NUM_DEVICES on CPU), else one (in SPMD mode the
+    logical device)."""
+    return _api.addressable_device_count()
 
 
 def global_device_count():

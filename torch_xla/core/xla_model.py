@@ -38,8 +38,10 @@ def xla_device_hw(device):
 
 
 def get_xla_supported_devices(max_devices=None):
-    """The XLA devices of this process, as strings ('xla:0')."""
-    return ["xla:0"]
+    """The XLA devices of this process, as strings ('xla:0', 'xla:1', ...), at most
+    `max_devices` of them."""
+    devs = [f"xla:{i}" for i in range(torch_xla.device_count())]
+    return devs[:max_devices] if max_devices else devs
 
 
 def xla_real_devices(devices=None):

@@ -38,7 +38,7 @@ def _upload(cpu, device):
     cpu = cpu.detach()
     if not cpu.is_contiguous():
         cpu = cpu.contiguous()
-    return api.upload(cpu)
+    return api.upload(cpu, device)
 
 
 def _to_device(data, device, sharding=None):

@@ -208,6 +208,22 @@ def tensor_class():
     return XLATensor
 
 
+def default_device_index():
+    """The index of the device a bare `xla` names."""
+    return topology.default_device_index()
+
+
+def set_default_device(index):
+    """Make xla:<index> the device a bare `xla` names."""
+    from .lazy import device_groups
+    device_groups.set_default(int(index))
+
+
+def addressable_device_count():
+    """XLA devices this process addresses (xla:0..xla:N-1)."""
+    return topology.addressable_device_count()
+
+
 def check_device_index(device):
     """ValueError unless `device` is this process's one XLA device (xla / xla:0)."""
     from .lazy.device import check_index
@@ -219,10 +235,17 @@ def is_xla_tensor(t):
     return isinstance(t, XLATensor)
 
 
-def upload(cpu):
-    """A device tensor holding `cpu`'s values, made without recording IR (safe on a loader thread)."""
-    from .lazy import tensor, transfers
-    return tensor.new_base((transfers.upload_node(cpu), 0), (tuple(cpu.shape), cpu.dtype))
+def upload(cpu, device=None):
+    """A device tensor holding `cpu`'s values, made without recording IR (safe on a
+    loader thread); `device` an XLA device of this process (default: the default one)."""
+    from .lazy import device_groups, tensor, transfers
+    index = None
+    if device is not None:
+        check_device_index(device)
+        index = device_groups.resolve(device)
+    node = transfers.upload_node(cpu, index)
+    return tensor.new_base((node, 0), (tuple(cpu.shape), cpu.dtype),
+                           None if index is None else device_groups.xla_device(index))
 
 
 def from_device_array(arr, dtype):

@@ -37,7 +37,12 @@ class LocalJit(Compiler):
     def compile(self, graph, inputs):  # noqa: A003
         import jax
         fn = graph.build_fn(self.context())
-        return jax.jit(fn, donate_argnums=graph.donated).lower(*inputs).compile()
+        jitted = jax.jit(fn, donate_argnums=graph.donated)
+        if not graph.device:
+            return jitted.lower(*inputs).compile()
+        # xla:<n>: inputs already live there; a graph without inputs needs the default too
+        with jax.default_device(topology.device_for(graph.device)):
+            return jitted.lower(*inputs).compile()
 
 
 _STRATEGIES = {topology.SINGLE: LocalJit}

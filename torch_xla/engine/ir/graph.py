@@ -64,11 +64,13 @@ def op_scope(node):
 
 class Graph:
     """The IR below `roots` (a list of (node, output index) values)."""
-    __slots__ = ("roots", "order", "pos", "params", "scalars", "sig", "donated", "_key", "_nodes")
+    __slots__ = ("roots", "order", "pos", "params", "scalars", "sig", "donated", "_key", "_nodes", "device")
 
     @classmethod
-    def capture(cls, roots):
+    def capture(cls, roots, device=0):
+        """device: the index of the XLA device the graph runs on (xla:<device>)."""
         g = cls()
+        g.device = device
         pos = {}
         order = []
         params = []
@@ -135,6 +137,8 @@ class Graph:
             k = tuple(self.sig)
             if self.donated:
                 k = k + (("donate",) + self.donated,)
+            if self.device:
+                k = k + (("device", self.device),)
             self._key = k
         return self._key
 
@@ -158,6 +162,8 @@ class Graph:
             parts.append(f"N{e.name}|{e.static_key!r}|{ops}")
         parts.append("R" + ",".join(f"{pos[id(v[0])]}.{v[1]}" for v in self.roots))
         parts.append(f"D{tuple(self.donated)!r}")
+        if self.device:
+            parts.append(f"V{self.device}")
         text = "\n".join(parts)
         if " at 0x" in text:
             return None

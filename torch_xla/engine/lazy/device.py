@@ -1,9 +1,9 @@
 """The `xla` device in PyTorch: PrivateUse1 renamed, with hooks, a device
 guard, a device module (torch.xla) and PrivateUse1 kernels for factory ops.
 
-One torch device per process (`xla:0`): PyTorch's Python device guard knows
-one device, and autograd needs the guard. Many devices means many processes,
-or SPMD with one logical device.
+A process started by a launcher (or in SPMD mode) has one device, `xla:0`; a
+process alone on its host addresses every local device, `xla:0`..`xla:N-1`
+(device_groups.py places ops once a second one is named).
 """
 import torch
 
@@ -93,15 +93,20 @@ class DeviceModule:
 
     @staticmethod
     def device_count():
-        return 1
+        from ..runtime import topology
+        return topology.addressable_device_count()
 
     @staticmethod
     def current_device():
-        return 0
+        from ..runtime import topology
+        return topology.default_device_index()
 
     @staticmethod
     def set_device(device):
-        return None
+        from . import device_groups
+        index = device if isinstance(device, int) else device_groups.resolve(device)
+        check_index(torch.device("xla", index))
+        device_groups.set_default(index)
 
     @staticmethod
     def synchronize(device=None):
@@ -165,15 +170,30 @@ _EXTRA_FACTORIES = ("tril_indices", "triu_indices", "_efficientzerotensor")
 
 
 def check_index(device):
-    """One torch device per process: `xla:N` with N != 0 is an error, whichever
-    path names it (a factory's device=, .to(), torch.tensor(..., device=))."""
+    """`xla:N` must be a device this process addresses, whichever path names it
+    (a factory's device=, .to(), torch.tensor(..., device=)): every local device
+    for a process that no launcher started (outside SPMD), else xla:0 alone.
+    Naming xla:N with N > 0 turns on per-device placement (device_groups)."""
     if device is None:
         return
     d = torch.device(device)
-    if d.type == "xla" and d.index not in (None, 0):
-        raise ValueError(
-            f"torch_xla: this process owns one XLA device (xla:0); got {d}. "
-            "Use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
+    if d.type != "xla" or d.index in (None, 0):
+        return
+    from ..runtime import topology
+    n = topology.addressable_device_count()
+    if d.index >= n:
+        if n == 1:
+            raise ValueError(
+                f"torch_xla: this process owns one XLA device (xla:0); got {d}. "
+                + ("A process started by torch_xla.launch / xmp.spawn drives its own device; "
+                   if topology.mode() == topology.MULTIPROCESS else
+                   "In SPMD mode xla:0 stands for every device; " if topology.mode() == topology.SPMD else
+                   "Set CPU_NUM_DEVICES (or use a machine with more devices) to address several in one process, ")
+                + "or use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
+        raise ValueError(f"torch_xla: {d} does not exist; this process addresses {n} XLA devices "
+                         f"(xla:0 to xla:{n - 1})")
+    from . import device_groups
+    device_groups.activate()
 
 
 def _factory_impl(func):
@@ -187,10 +207,19 @@ def _factory_impl(func):
         if info.lowering is None:
             raise RuntimeError(f"torch_xla: no lowering for factory aten::{info.name}")
         kwargs.pop("pin_memory", None)
-        check_index(kwargs.get("device"))
+        device = kwargs.get("device")
+        check_index(device)
+        from . import device_groups
+        if device_groups.active and device is not None:
+            return device_groups.on_device(device_groups.resolve(device), _trace_factory, info, args, kwargs)
         node, e = trace_node(info, args, kwargs)
         return wrap(node, e)
     return impl
+
+
+def _trace_factory(info, args, kwargs):
+    node, e = trace_node(info, args, kwargs)
+    return wrap(node, e)
 
 
 def _copy_from(src, dst, non_blocking=False):

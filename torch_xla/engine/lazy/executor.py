@@ -24,7 +24,7 @@ from ..ir import node as ir
 from ..ir.graph import Graph
 from ..runtime import topology
 from ..runtime.platform import jax_device
-from . import donation, index_checks, mode, tensor
+from . import device_groups, donation, index_checks, mode, tensor
 
 _lock = cache.lock
 _donate_ok = config.get("XLA_ENABLE_PARAM_ALIASING") != "0"
@@ -36,9 +36,9 @@ class ExecutionError(RuntimeError):
     pass
 
 
-def run(root_values, owners=(), donate=False, reason="user"):
-    """Compute root_values; -> list of jax.Arrays. `owners` are base tensors
-    whose previous data may be donated.
+def run(root_values, owners=(), donate=False, reason="user", device=0):
+    """Compute root_values on xla:<device>; -> list of jax.Arrays. `owners` are
+    base tensors whose previous data may be donated.
 
     Events: `captured` (before anything runs, when subscribed), `compile_begin`
     and `compiled` around a cache miss, `executed` after the launch, `failed`
@@ -46,14 +46,15 @@ def run(root_values, owners=(), donate=False, reason="user"):
     attached to the error)."""
     with _lock:
         n_roots = len(root_values)
-        if donate:   # a full barrier takes every pending index check: one walk of the graph
+        if donate and not device_groups.active:
+            # a full barrier takes every pending index check: one walk of the graph
             check_values, check_infos = index_checks.take_pending(None, full=True)
             g = Graph.capture(list(root_values) + check_values if check_values else root_values)
-        else:        # a host read takes the checks of the part of the graph it runs
-            g = Graph.capture(root_values)
+        else:        # a host read (or one device's part) takes the checks of the graph it runs
+            g = Graph.capture(root_values, device)
             check_values, check_infos = index_checks.take_pending(g, full=False)
             if check_values:
-                g = Graph.capture(list(root_values) + check_values)
+                g = Graph.capture(list(root_values) + check_values, device)
         if donate and _donate_ok and owners:
             dset = {id(t._last_data) for t in owners if getattr(t, "_last_data", None) is not None
                     and t._last_data.exclusive}
@@ -71,7 +72,7 @@ def run(root_values, owners=(), donate=False, reason="user"):
         jax_device()  # brings the device (and a multi-process job) up before inputs move
         inputs = g.inputs()
         if g.scalars:
-            inputs = _upload_scalar_pools(inputs, len(g.params))
+            inputs = _upload_scalar_pools(inputs, len(g.params), device)
         stage = "compile"
         try:
             if exe is None:
@@ -119,13 +120,13 @@ _pool_cache = collections.OrderedDict()   # (device, dtype, bytes) -> device arr
 _POOL_CACHE_SIZE = 256
 
 
-def _upload_scalar_pools(inputs, n_params):
+def _upload_scalar_pools(inputs, n_params, device=0):
     """The step's scalar pools as device arrays. A pool whose values were seen
     recently is reused (a constant learning rate costs no upload per step), as
     upstream caches its scalar device data; a real upload is counted in
     TransferToDeviceTime like any other."""
     out = inputs[:n_params]
-    dev = topology.upload_device()
+    dev = topology.device_for(device)
     for pool in inputs[n_params:]:
         key = (dev, pool.dtype.str, pool.tobytes())
         arr = _pool_cache.get(key)
@@ -232,10 +233,11 @@ def sync(tensors=None, wait=False, reason="user"):
                     bases.append(b)
             full = False
             compact_pending()
-        if bases:
-            values = [b._v for b in bases]
-            outs = run(values, owners=bases, donate=full, reason=reason)
-            for b, v, arr in zip(bases, values, outs):
+        for group in device_groups.split(bases):
+            values = [b._v for b in group]
+            outs = run(values, owners=group, donate=full, reason=reason,
+                       device=group[0].device.index if device_groups.active else 0)
+            for b, v, arr in zip(group, values, outs):
                 if b._v is not v:
                     # another thread (a loader's .to(xla)) wrote b while this ran: keep its value
                     continue
@@ -259,8 +261,8 @@ def compact_pending():
         tensor.pending[:] = [r for r in tensor.pending if (t := r()) is not None and t._v[0].kind == ir.OP]
 
 
-def materialize(value, aval):
-    """The jax.Array for one IR value (runs only the graph it needs)."""
+def materialize(value, aval, device=0):
+    """The jax.Array for one IR value on xla:<device> (runs only the graph it needs)."""
     node = value[0]
     if node.kind == ir.DATA:
         if node.data is None:
@@ -275,7 +277,7 @@ def materialize(value, aval):
         from ..base.dtypes import to_jax
         return np.asarray(node.data, dtype=node.entry).astype(to_jax(aval[1]))
     compact_pending()
-    out = run([value], reason="tensor access")[0]
+    out = run([value], reason="tensor access", device=device)[0]
     index_checks.verify(block=True)   # a host read waits anyway
     return out
 

@@ -205,9 +205,10 @@ pending = []  # weakrefs to base tensors that became pending since the last barr
 _ref = weakref.ref
 
 
-def new_base(v, aval):
-    """Wrap IR value v (node, index) with aval (shape, dtype) as a base tensor."""
-    t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
+def new_base(v, aval, device=None):
+    """Wrap IR value v (node, index) with aval (shape, dtype) as a base tensor
+    (on `device`, by default the one the op being traced works on)."""
+    t = _make(XLATensor, aval[0], dtype=aval[1], device=device or _DEVICE)
     t._v = v
     t._aval = aval
     t._xb = None
@@ -267,7 +268,30 @@ def _eager_dispatch(cls, func, types, args=(), kwargs=None):
     return out
 
 
+_eager_on = [False]
+_wrapper = [None]
+
+
+def _install_dispatch():
+    base = _eager_dispatch if _eager_on[0] else _lazy_dispatch
+    wrap_with = _wrapper[0]
+    if wrap_with is None:
+        fn = base
+    else:
+        def fn(cls, func, types, args=(), kwargs=None):
+            return wrap_with(base, cls, func, types, args, kwargs)
+    XLATensor.__torch_dispatch__ = classmethod(fn)
+
+
 def use_eager_dispatch(enable):
     """Which dispatch XLATensor uses: per-op execution (eager) or lazy tracing.
     Swapped rather than tested per op, so lazy tracing pays nothing for eager mode."""
-    XLATensor.__torch_dispatch__ = classmethod(_eager_dispatch if enable else _lazy_dispatch)
+    _eager_on[0] = bool(enable)
+    _install_dispatch()
+
+
+def set_dispatch_wrapper(wrapper):
+    """Route every op through wrapper(inner, cls, func, types, args, kwargs)
+    (device placement, once several devices are in use); None removes it."""
+    _wrapper[0] = wrapper
+    _install_dispatch()

@@ -12,7 +12,7 @@ import torch
 
 from ..ir import node as ir
 from ..base import metrics, profiling
-from . import views
+from . import device_groups, views
 from ..base.dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
 from .executor import materialize
 from ..ops.op import fill_args
@@ -22,22 +22,23 @@ from ..runtime.platform import jax_device
 from ..runtime import topology
 
 
-def upload_array(cpu):
+def upload_array(cpu, device_index=None):
     t0 = time.perf_counter_ns()
     arr = storage_array(torch_to_numpy(cpu), cpu.dtype)
     topology.lock()
+    dev = topology.upload_device() if device_index is None else topology.device_for(device_index)
     with profiling.region(profiling.TRANSFER_TO_DEVICE):
-        out = jax.device_put(np.array(arr, copy=True), topology.upload_device())
+        out = jax.device_put(np.array(arr, copy=True), dev)
     metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("OutboundData", arr.nbytes, kind="bytes")
     return out
 
 
-def upload_node(cpu):
+def upload_node(cpu, device_index=None):
     if cpu.layout is not torch.strided:
         raise RuntimeError(f"torch_xla: sparse tensors are not supported on the XLA device (layout {cpu.layout}, "
                            f"shape {list(cpu.shape)}); convert with .to_dense() first")
-    return ir.data_node(upload_array(cpu), tuple(cpu.shape), cpu.dtype)
+    return ir.data_node(upload_array(cpu, device_index), tuple(cpu.shape), cpu.dtype)
 
 
 def value_of(t):
@@ -51,7 +52,7 @@ def device_array(t):
         from .executor import sync
         sync([base], reason="tensor access")
     v = value_of(t)
-    arr = materialize(v, t._aval)
+    arr = materialize(v, t._aval, t.device.index if device_groups.active else 0)
     if t._xb is None and t._v is v and v[0].kind == ir.OP:
         t._v = (ir.data_node(arr, *t._aval), 0)
         t._gen += 1
@@ -113,6 +114,8 @@ def _copy_(args, kwargs):
             dst.copy_(to_cpu(src))
         return dst
     if isinstance(src, XLATensor):
+        if device_groups.active and src.device != dst.device:
+            src = _moved(src, dst.device)
         assign_result(dst, src)
         return dst
     node = upload_node(src)
@@ -139,8 +142,22 @@ def _to_copy(args, kwargs):
         return out
     from .dispatch import _cast_to
     from .tensor import new_base
+    if device_groups.active and device is not None and device_groups.resolve(device) != x.device.index:
+        x = _moved(x, device_groups.xla_device(device_groups.resolve(device)))
     aval = (x._aval[0], dtype)
     return new_base(_cast_to(value_of(x), x._aval, aval), aval)
+
+
+def _moved(t, device):
+    """t's value as a new tensor on another XLA device of this process: its buffer
+    is computed on its own device, then copied device to device."""
+    from .tensor import new_base
+    arr = device_array(t)
+    t0 = time.perf_counter_ns()
+    with profiling.region(profiling.TRANSFER_TO_DEVICE):
+        moved = jax.device_put(arr, topology.device_for(device.index))
+    metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
+    return device_groups.on_device(device.index, new_base, (ir.data_node(moved, *t._aval), 0), t._aval)
 
 
 @handler("_local_scalar_dense.default")

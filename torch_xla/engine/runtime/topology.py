@@ -196,14 +196,59 @@ def replicated():
     return NamedSharding(spmd_mesh(), PartitionSpec())
 
 
+# Several devices in one process: a process that no launcher started, outside
+# SPMD, addresses every local device as xla:0..xla:N-1 (upstream does so too).
+# `_place[0]` is the index of the device the op being traced works on; the lazy
+# layer sets it around each op once a second device has been used.
+_place = [0]
+_default = [0]
+
+
+def addressable_device_count():
+    """XLA devices this process addresses: every local device when it is alone
+    on its host outside SPMD, else one (its own, or the logical SPMD device)."""
+    if mode() != SINGLE:
+        return 1
+    return max(1, local_device_count())
+
+
+def default_device_index():
+    """The device a bare `xla` names (torch_xla.device(n) makes it n)."""
+    return _default[0]
+
+
+def set_default_device_index(index):
+    _default[0] = index
+    _place[0] = index
+
+
+def place(index):
+    """Set the device index uploads go to; -> the previous one."""
+    prev = _place[0]
+    _place[0] = index
+    return prev
+
+
+def device_for(index):
+    """The JAX device behind `xla:<index>`."""
+    from .platform import jax_device, jax_platform
+    dev = jax_device()
+    if not index:
+        return dev
+    import jax
+    devs = jax.local_devices(backend=jax_platform())
+    if index >= len(devs):
+        raise RuntimeError(f"torch_xla: xla:{index} does not exist; this process has {len(devs)} devices")
+    return devs[index]
+
+
 def upload_device():
-    """Where a tensor moved to `xla:0` is placed: the process's device. In SPMD
-    mode too: an unsharded tensor lives on the first device until a program
+    """Where a tensor moved to `xla:<n>` is placed: the process's device n. In
+    SPMD mode the first device: an unsharded tensor lives there until a program
     that also reads sharded data needs it everywhere (the SPMD strategy
     replicates it then), so uploads and all-replicated programs cost one copy,
     not one per device."""
-    from .platform import jax_device
-    return jax_device()
+    return device_for(_place[0])
 
 
 def job_mesh():
