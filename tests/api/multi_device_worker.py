@@ -115,6 +115,15 @@ def check_loader_on_a_device():
     torch.testing.assert_close(torch.cat(got), torch.arange(8.).unsqueeze(1))
 
 
+def check_save_and_load_keep_the_device():
+    import io
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(3.0, device="xla:2")}, buf)
+    buf.seek(0)
+    w = torch.load(buf)["w"]
+    assert w.device.index == 2 and jax_id(w) == 2 and w.cpu().tolist() == [0.0, 1.0, 2.0]
+
+
 def check_default_device():
     # last: naming a device makes it the default, as upstream's xla_device(n) does
     assert torch_xla.device() == torch.device("xla", 0)
@@ -128,7 +137,7 @@ def check_default_device():
 
 CHECKS = [check_listing, check_ops_run_on_their_device, check_two_devices_in_one_op_is_an_error,
           check_copies_between_devices, check_training_on_a_device_matches_eager,
-          check_one_barrier_runs_a_graph_per_device, check_loader_on_a_device, check_default_device]
+          check_one_barrier_runs_a_graph_per_device, check_loader_on_a_device, check_save_and_load_keep_the_device, check_default_device]
 
 if __name__ == "__main__":
     for check in CHECKS:

@@ -119,21 +119,32 @@ def test_print_format(dev):
     assert f"{torch.tensor(2.5, device=dev):.2f}" == "2.50"
 
 
-def test_torch_save_goes_through_cpu(dev, tmp_path):
+def test_torch_save_restores_on_the_xla_device(dev, tmp_path):
+    # as upstream: torch.load puts a saved XLA tensor back on its device (weights_only=True
+    # too); map_location="cpu" keeps it on the CPU; xm.save writes CPU tensors
     m = torch.nn.Linear(3, 2).to(dev)
     path = tmp_path / "ckpt.pt"
-    torch.save(m.state_dict(), path)
-    sd = torch.load(path)  # weights_only=True works: XLA tensors are stored as CPU tensors
-    assert sd["weight"].device.type == "cpu"
-    torch.testing.assert_close(sd["weight"].cpu(), m.weight.cpu())
+    torch.save({"sd": m.state_dict(), "step": 3, "empty": torch.zeros(0, 2, device=dev),
+                "cpu": torch.ones(2)}, path)
+    ck = torch.load(path)
+    assert ck["sd"]["weight"].device == dev and ck["empty"].device == dev and ck["step"] == 3
+    assert ck["cpu"].device.type == "cpu" and ck["cpu"].tolist() == [1.0, 1.0]
+    assert ck["empty"].shape == (0, 2)
+    torch.testing.assert_close(ck["sd"]["weight"].cpu(), m.weight.cpu())
+    on_cpu = torch.load(path, map_location="cpu")
+    assert on_cpu["sd"]["weight"].device.type == "cpu" and on_cpu["cpu"].device.type == "cpu"
+    torch.testing.assert_close(on_cpu["sd"]["bias"], m.bias.cpu())
     xm.save(m.state_dict(), tmp_path / "xm.pt")
     sd2 = torch.load(tmp_path / "xm.pt")
     assert sd2["weight"].device.type == "cpu"
     torch.testing.assert_close(sd2["weight"], m.weight.cpu())
     buf = io.BytesIO()
-    torch.save(torch.arange(4, device=dev), buf)
+    w = torch.arange(4.0, device=dev).requires_grad_()
+    torch.save([w, w * 2], buf)
     buf.seek(0)
-    assert torch.load(buf).cpu().tolist() == [0, 1, 2, 3]
+    a, b = torch.load(buf)
+    assert a.device == dev and a.requires_grad and a.cpu().tolist() == [0, 1, 2, 3]
+    assert b.cpu().tolist() == [0, 2, 4, 6]
 
 
 def test_deepcopy(dev):

@@ -28,7 +28,8 @@ def worker():
 @pytest.mark.parametrize("check", [
     "check_listing", "check_ops_run_on_their_device", "check_two_devices_in_one_op_is_an_error",
     "check_copies_between_devices", "check_training_on_a_device_matches_eager",
-    "check_one_barrier_runs_a_graph_per_device", "check_loader_on_a_device", "check_default_device"])
+    "check_one_barrier_runs_a_graph_per_device", "check_loader_on_a_device",
+    "check_save_and_load_keep_the_device", "check_default_device"])
 def test_several_devices_in_one_process(worker, check):
     assert f"ok {check}\n" in worker.stdout, worker.stdout[-2000:] + worker.stderr[-4000:]
 

@@ -266,7 +266,8 @@ def register():
     from . import tensor
     tensor._DEVICE = torch.device("xla", 0)
     _lib.impl("_copy_from", _copy_from)
-    from . import autocast, autograd_errors
+    from . import autocast, autograd_errors, serialize
     autograd_errors.install()
+    serialize.install()
     autocast.register()
     _registered = True

@@ -176,13 +176,10 @@ class XLATensor(torch.Tensor):
         return self.cpu().numpy()
 
     def __reduce_ex__(self, proto):
-        # torch.save stores XLA tensors as CPU tensors: the file loads anywhere,
-        # with weights_only=True too; move them back with .to("xla")
-        from .transfers import to_cpu
-        cpu = to_cpu(self)
-        if self.requires_grad:
-            cpu.requires_grad_(True)
-        return cpu.__reduce_ex__(proto)
+        # torch.save stores the CPU copy and the device; torch.load brings it back
+        # there (map_location="cpu" keeps it on the CPU): serialize.py
+        from .serialize import reduce
+        return reduce(self, proto)
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         # AOTAutograd (torch.compile training) checks a tangent's class against the
