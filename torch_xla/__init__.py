@@ -278,3 +278,8 @@ def __getattr__(name):
         from .core import xla_model
         return xla_model
     raise AttributeError(f"module 'torch_xla' has no attribute {name!r}")
+
+
+# as upstream, `import torch_xla` makes torch_xla.core.xla_model reachable as an attribute
+# (mock.patch("torch_xla.core.xla_model") and `torch_xla.core.xla_model.foo` need it)
+from .core import xla_model as _xla_model  # noqa: E402,F401

@@ -86,3 +86,19 @@ def test_transformers_trainer_imports():
         print("OK", Trainer.__name__)
     """)
     assert "OK Trainer" in out
+
+
+def test_importing_and_using_torch_xla_leaves_the_environment_alone():
+    # JAX writes TF_CPP_MIN_LOG_LEVEL on import and TPU_SKIP_MDS_QUERY when its backend
+    # starts; Lightning's test fixtures fail on variables a library leaked
+    out = _run("""
+        import os
+        before = dict(os.environ)
+        import torch, torch_xla
+        assert torch_xla.core.xla_model.xla_device_hw("xla:0") == "CPU"
+        (torch.ones(2, device="xla") + 1).cpu()
+        changed = {k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k)}
+        changed.discard("TORCHINDUCTOR_CACHE_DIR")   # torch's own, when Dynamo loads
+        print("changed", sorted(changed))
+    """, {"PJRT_DEVICE": "CPU"})
+    assert "changed []" in out, out

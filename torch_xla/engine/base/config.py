@@ -8,6 +8,7 @@ the modules that use them and say so here.
 """
 import contextlib
 import os
+import sys
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -122,3 +123,34 @@ def debug_level():
 def records_sources():
     """IR nodes remember the user's line (read once, at import, by ir)."""
     return debug_level() >= 1 or flag("XLA_IR_DEBUG") or flag("XLA_HLO_DEBUG")
+
+
+# JAX writes into os.environ: TF_CPP_MIN_LOG_LEVEL when imported, TPU_SKIP_MDS_QUERY when
+# its backend starts on a machine without TPU chips. A user's environment must not change
+# because torch_xla was imported or started (Lightning's tests fail on leaked variables),
+# so what was there before JAX came is put back; JAX's quiet log level still holds while
+# the backend starts (jax_env_during_start).
+_JAX_ENV = ("TF_CPP_MIN_LOG_LEVEL", "TPU_SKIP_MDS_QUERY")
+_jax_env = None if "jax" in sys.modules else {k: os.environ.get(k) for k in _JAX_ENV}
+
+
+def restore_jax_env():
+    """Undo what JAX wrote into os.environ (nothing when the user imported JAX first)."""
+    if _jax_env is None:
+        return
+    for k, v in _jax_env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@contextlib.contextmanager
+def jax_env_during_start():
+    """JAX's own defaults while its backend starts, the user's environment after."""
+    if _jax_env is not None and _jax_env["TF_CPP_MIN_LOG_LEVEL"] is None:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    try:
+        yield
+    finally:
+        restore_jax_env()

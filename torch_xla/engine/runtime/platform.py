@@ -12,6 +12,7 @@ from ..base import config
 
 # PyTorch keeps int64 and float64; JAX needs x64 for that.
 jax.config.update("jax_enable_x64", True)
+config.restore_jax_env()
 
 _PLATFORMS = {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda", "TPU": "tpu"}
 _lock = threading.Lock()
@@ -65,9 +66,10 @@ def jax_device():
         with _lock:
             if _device is None:
                 from . import distributed
-                distributed.maybe_initialize()
-                configure_backend()
-                devs = jax.local_devices(backend=jax_platform())
+                with config.jax_env_during_start():
+                    distributed.maybe_initialize()
+                    configure_backend()
+                    devs = jax.local_devices(backend=jax_platform())
                 dev = devs[local_device_index() % len(devs)]
                 jax.config.update("jax_default_device", dev)
                 _device = dev

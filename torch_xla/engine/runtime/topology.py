@@ -137,7 +137,8 @@ def spmd_devices():
     from . import distributed
     distributed.maybe_initialize()
     configure_backend()
-    devs = jax.devices(jax_platform()) if is_multihost_spmd() else jax.local_devices(backend=jax_platform())
+    with config.jax_env_during_start():
+        devs = jax.devices(jax_platform()) if is_multihost_spmd() else jax.local_devices(backend=jax_platform())
     return sorted(devs, key=lambda d: d.id)
 
 
