@@ -116,3 +116,23 @@ def test_trainer_on_one_chosen_device_of_several(tmp_path):
     _close(ours["weight"] + ours["bias"], ref["weight"] + ref["bias"])
     _close([ours["val"]], [ref["val"]])
     _close(ours["pred"], ref["pred"])
+
+
+@pytest.mark.slow
+def test_tpu_guide_examples_train(tmp_path):
+    # the guide's Trainer lines, one fresh process each: XLAPrecision sets XLA_USE_BF16 after
+    # torch_xla is imported, and the storage type is read at the first device use, as upstream
+    guide = REPO / "examples" / "lightning_tpu_guide.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("PJRT_DEVICE", "CPU_NUM_DEVICES")}
+    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2",
+               PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    losses = {}
+    for name in ("index", "bf16"):
+        p = subprocess.run([sys.executable, str(guide), name], capture_output=True, text=True, timeout=300,
+                           env=env, cwd=tmp_path)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+        line = [ln for ln in p.stdout.splitlines() if ln.startswith(name + ":")]
+        assert line, p.stdout[-2000:]
+        losses[name] = float(line[0].rsplit(" ", 1)[1])
+    assert losses["index"] < 0.5 and losses["bf16"] < 0.5
+    assert losses["bf16"] != losses["index"]   # bf16 storage really took effect

@@ -43,27 +43,42 @@ def _env(name):
     return config.flag(name)
 
 
-USE_BF16 = _env("XLA_USE_BF16")
-DOWNCAST_BF16 = _env("XLA_DOWNCAST_BF16")
-USE_FP16 = _env("XLA_USE_FP16")
-DOWNCAST_FP16 = _env("XLA_DOWNCAST_FP16")
-if USE_BF16:
-    TORCH_TO_JAX[torch.float32] = TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.bfloat16)
-elif DOWNCAST_BF16:
-    TORCH_TO_JAX[torch.float32] = jnp.dtype(jnp.bfloat16)
-    TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float32)
-elif USE_FP16:
-    TORCH_TO_JAX[torch.float32] = TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float16)
-elif DOWNCAST_FP16:
-    TORCH_TO_JAX[torch.float32] = jnp.dtype(jnp.float16)
-    TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float32)
-STORAGE_NARROWED = any(TORCH_TO_JAX[k] != NATURAL[k] for k in NATURAL)
+USE_BF16 = DOWNCAST_BF16 = USE_FP16 = DOWNCAST_FP16 = STORAGE_NARROWED = False
+_settled = []
+
+
+def settle():
+    """Fix the device storage types from XLA_USE_BF16 and friends. Read at first use,
+    as upstream reads them, not at import: Lightning's XLAPrecision("bf16-true") sets
+    XLA_USE_BF16 after torch_xla is imported and before the model moves."""
+    global USE_BF16, DOWNCAST_BF16, USE_FP16, DOWNCAST_FP16, STORAGE_NARROWED
+    if _settled:
+        return
+    _settled.append(True)
+    USE_BF16 = _env("XLA_USE_BF16")
+    DOWNCAST_BF16 = _env("XLA_DOWNCAST_BF16")
+    USE_FP16 = _env("XLA_USE_FP16") or _env("XLA_USE_F16")
+    DOWNCAST_FP16 = _env("XLA_DOWNCAST_FP16")
+    if USE_BF16:
+        TORCH_TO_JAX[torch.float32] = TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.bfloat16)
+    elif DOWNCAST_BF16:
+        TORCH_TO_JAX[torch.float32] = jnp.dtype(jnp.bfloat16)
+        TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float32)
+    elif USE_FP16:
+        TORCH_TO_JAX[torch.float32] = TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float16)
+    elif DOWNCAST_FP16:
+        TORCH_TO_JAX[torch.float32] = jnp.dtype(jnp.float16)
+        TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float32)
+    STORAGE_NARROWED = any(TORCH_TO_JAX[k] != NATURAL[k] for k in NATURAL)
+
 
 # numpy dtypes torch.from_numpy cannot take are moved as same-width ints
 _VIEW_AS = {torch.bfloat16: (np.uint16, torch.int16), torch.float16: (None, None)}
 
 
 def to_jax(dt):
+    if not _settled:
+        settle()
     try:
         return TORCH_TO_JAX[dt]
     except KeyError:
@@ -72,6 +87,8 @@ def to_jax(dt):
 
 def storage_array(arr, dtype):
     """Host numpy array of torch dtype `dtype` -> the array in its device storage type."""
+    if not _settled:
+        settle()
     st = TORCH_TO_JAX.get(dtype)
     if st is not None and arr.dtype != st:
         return arr.astype(st)

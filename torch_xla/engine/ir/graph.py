@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from ..base.dtypes import TORCH_TO_JAX
+from ..base.dtypes import TORCH_TO_JAX, settle
 from ..ops.context import LoweringContext, lowering
 from ..ops.op import apply_entry
 from .node import DATA, OP
@@ -34,6 +34,7 @@ def xla_shape(shape, dtype):
     """f32[2,3]{1,0} for a torch (shape, dtype) or numpy dtype. A torch dtype is
     spelled as its device storage type (bf16 for f32 under XLA_USE_BF16), as
     upstream's IR text shows what the device holds."""
+    settle()
     dtype = TORCH_TO_JAX.get(dtype, dtype)
     name = str(dtype).replace("torch.", "")
     t = _XLA_DTYPES.get(name, name)
