@@ -13,6 +13,12 @@ def _xla_get_default_device():
     return f"xla:{_api.default_device_index()}"
 
 
+def _xla_get_all_devices():
+    """Every device of the job, as runtime names ('CPU:0', 'CPU:1', ...)."""
+    from . import runtime as xr
+    return [f"{_api.device_type().upper()}:{i}" for i in range(xr.global_device_count())]
+
+
 def _xla_set_default_device(device):
     index = int(str(device).rpartition(":")[2] or 0)
     _api.check_device_index(f"xla:{index}")

@@ -169,6 +169,11 @@ _FACTORIES = (
 _EXTRA_FACTORIES = ("tril_indices", "triu_indices", "_efficientzerotensor")
 
 
+class DeviceIndexError(IndexError, ValueError):
+    """An `xla:N` this process does not address: an IndexError as upstream's
+    torch_xla.device(n) raises, and a ValueError as a bad device argument."""
+
+
 def check_index(device):
     """`xla:N` must be a device this process addresses, whichever path names it
     (a factory's device=, .to(), torch.tensor(..., device=)): every local device
@@ -183,14 +188,14 @@ def check_index(device):
     n = topology.addressable_device_count()
     if d.index >= n:
         if n == 1:
-            raise ValueError(
+            raise DeviceIndexError(
                 f"torch_xla: this process owns one XLA device (xla:0); got {d}. "
                 + ("A process started by torch_xla.launch / xmp.spawn drives its own device; "
                    if topology.mode() == topology.MULTIPROCESS else
                    "In SPMD mode xla:0 stands for every device; " if topology.mode() == topology.SPMD else
                    "Set CPU_NUM_DEVICES (or use a machine with more devices) to address several in one process, ")
                 + "or use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
-        raise ValueError(f"torch_xla: {d} does not exist; this process addresses {n} XLA devices "
+        raise DeviceIndexError(f"torch_xla: {d} does not exist; this process addresses {n} XLA devices "
                          f"(xla:0 to xla:{n - 1})")
     from . import device_groups
     device_groups.activate()
