@@ -237,14 +237,9 @@ def sync(tensors=None, wait=False, reason="user"):
             values = [b._v for b in group]
             outs = run(values, owners=group, donate=full, reason=reason,
                        device=group[0].device.index if device_groups.active else 0)
-            for b, v, arr in zip(group, values, outs):
-                if b._v is not v:
-                    # another thread (a loader's .to(xla)) wrote b while this ran: keep its value
-                    continue
-                node = ir.data_node(arr, *b._aval)
-                b._v = (node, 0)
-                b._gen += 1  # views re-derive from the data, not the executed IR
-                b._last_data = None
+            # a tensor another thread (a loader's .to(xla)) wrote meanwhile keeps its value;
+            # views re-derive from the data, not the executed IR (_gen)
+            _store(group, values, outs)
         if wait:
             for b in bases:
                 if b._v[0].kind == ir.DATA and b._v[0].data is not None:
@@ -277,9 +272,49 @@ def materialize(value, aval, device=0):
         from ..base.dtypes import to_jax
         return np.asarray(node.data, dtype=node.entry).astype(to_jax(aval[1]))
     compact_pending()
-    out = run([value], reason="tensor access", device=device)[0]
+    written = _written_in(value, device)
+    if not written:
+        out = run([value], reason="tensor access", device=device)[0]
+    else:
+        outs = run([value] + [b._v for b in written], reason="tensor access", device=device)
+        out = outs[0]
+        _store(written, [b._v for b in written], outs[1:])
     index_checks.verify(block=True)   # a host read waits anyway
     return out
+
+
+def _written_in(value, device):
+    """Live tensors written in place (a KV cache, running statistics) whose pending
+    value the graph of `value` computes anyway. A host read hands them back as data
+    too: without that, a loop that reads a value each iteration and never reaches a
+    barrier (model.generate's stopping checks) re-ran every earlier write, and each
+    new graph was longer than the last."""
+    cands = []
+    for r in tensor.pending:
+        t = r()
+        if t is not None and t._xb is None and t._v[0].kind == ir.OP:
+            cands.append(t)
+    if not cands:
+        return ()
+    g = Graph.capture([value])
+    pos = g.pos
+    seen = set()
+    out = []
+    for t in cands:
+        if id(t._v[0]) in pos and id(t) not in seen and t._v is not value and \
+                (not device_groups.active or t.device.index == device):
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def _store(bases, values, arrays):
+    for b, v, arr in zip(bases, values, arrays):
+        if b._v is not v:
+            continue   # written again by another thread meanwhile
+        b._v = (ir.data_node(arr, *b._aval), 0)
+        b._gen += 1
+        b._last_data = None
 
 
 _in_flight = []
