@@ -288,7 +288,10 @@ def _written_in(value, device):
     value the graph of `value` computes anyway. A host read hands them back as data
     too: without that, a loop that reads a value each iteration and never reaches a
     barrier (model.generate's stopping checks) re-ran every earlier write, and each
-    new graph was longer than the last."""
+    new graph was longer than the last. One process, one device program only: replicas
+    of a job (or an SPMD program) keep running the same program whatever each holds."""
+    if topology.mode() != topology.SINGLE:
+        return ()
     cands = []
     for r in tensor.pending:
         t = r()
