@@ -1,9 +1,11 @@
 """torch_xla.utils.utils: small helpers upstream scripts and libraries import."""
+import copy
 import os
 import shutil
 import sys
 import tempfile
 import time
+import types
 
 import torch
 
@@ -154,33 +156,72 @@ def _rebuild_like(value, items):
     return type(value)(items)
 
 
+_OPAQUE = (torch.Tensor, type, types.ModuleType, types.FunctionType, types.MethodType,
+           types.BuiltinFunctionType)
+
+
 def _walk(value, select_fn, fn, rewrite, seen):
-    if select_fn(value):
-        if rewrite:
-            return fn(value)
-        fn(value)
-        return value
+    # Every object is visited once by identity (a shared object, or an interned
+    # leaf such as a small int, is handed to fn once; a cycle ends), as upstream.
+    # Walked: dict keys and values, lists, tuples, sets, DataWrappers and the
+    # attributes of plain objects (copied before rewriting, so the input is
+    # never changed).
     vid = id(value)
     if vid in seen:
         return seen[vid]
+    if select_fn(value):
+        if rewrite:
+            result = seen[vid] = fn(value)
+            return result
+        seen[vid] = value
+        fn(value)
+        return value
+    seen[vid] = value
     if isinstance(value, dict):
-        out = {k: _walk(v, select_fn, fn, rewrite, seen) for k, v in value.items()}
-        if rewrite and type(value) is not dict:
+        out = {}
+        if rewrite and type(value) is dict:
+            seen[vid] = out
+        for k, v in value.items():
+            k2 = _walk(k, select_fn, fn, rewrite, seen)
+            out[k2] = _walk(v, select_fn, fn, rewrite, seen)
+        if not rewrite:
+            return value
+        if type(value) is not dict:
             try:
                 out = type(value)(out)
             except TypeError:
                 pass
-        result = out if rewrite else value
-    elif isinstance(value, (list, tuple, set)):
+        seen[vid] = out
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        out = [] if isinstance(value, list) else None
+        if rewrite and type(value) is list:
+            seen[vid] = out
         items = [_walk(v, select_fn, fn, rewrite, seen) for v in value]
-        result = _rebuild_like(value, items) if rewrite else value
-    elif isinstance(value, DataWrapper):
+        if not rewrite:
+            return value
+        if out is not None and type(value) is list:
+            out.extend(items)
+        else:
+            out = _rebuild_like(value, items)
+        seen[vid] = out
+        return out
+    if isinstance(value, DataWrapper):
         items = [_walk(v, select_fn, fn, rewrite, seen) for v in value.get_tensors()]
-        result = value.from_tensors(items) if rewrite else value
-    else:
-        result = value
-    seen[vid] = result
-    return result
+        if not rewrite:
+            return value
+        out = seen[vid] = value.from_tensors(items)
+        return out
+    if hasattr(value, "__dict__") and not isinstance(value, _OPAQUE):
+        target = value
+        if rewrite:
+            target = seen[vid] = copy.copy(value)
+        for k in list(vars(target)):
+            v = _walk(vars(target)[k], select_fn, fn, rewrite, seen)
+            if rewrite:
+                vars(target)[k] = v
+        return target
+    return value
 
 
 def for_each_instance(value, select_fn, fn):

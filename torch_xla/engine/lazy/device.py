@@ -219,6 +219,13 @@ def _factory_impl(func):
             return device_groups.on_device(device_groups.resolve(device), _trace_factory, info, args, kwargs)
         node, e = trace_node(info, args, kwargs)
         return wrap(node, e)
+
+    from ..ops import checks
+    name = func.overloadpacket.__name__
+    if name in checks.CHECKS:
+        from .dispatch import checked
+        h = checked(func, name, lambda a, k: impl(*a, **k))
+        return lambda *args, **kwargs: h(args, kwargs)
     return impl
 
 

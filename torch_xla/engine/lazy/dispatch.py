@@ -12,7 +12,7 @@ handler(args, kwargs):
 import torch
 
 from . import fallback, index_checks, tracing, views
-from ..ops import registry
+from ..ops import checks, registry
 from ..runtime.platform import jax_platform
 from .tracing import OpInfo, trace_node, wrap
 
@@ -308,7 +308,47 @@ def _inplace_view_handler(func, twin):
 
 def make_handler(func):
     # indexing ops also trace an "indices in range" flag (index_checks.py)
-    return index_checks.wrap(func, _make_handler(func))
+    h = index_checks.wrap(func, _make_handler(func))
+    name = func.overloadpacket.__name__
+    if name not in checks.CHECKS and name.endswith("_") and name[:-1] in checks.CHECKS:
+        name = name[:-1]  # add_ is checked as add
+    if name in checks.CHECKS:
+        h = checked(func, name, h)
+    return h
+
+
+def checked(func, name, h):
+    """Run `h`; when the call fails (or, for the ops checks.ALWAYS lists, before
+    it runs) a registered check may explain the failure in upstream's words. The
+    user's line goes in a note, so the message itself is upstream's."""
+    def fail(args, kwargs, msg):
+        from ..base.frames import where
+        from .tracing import describe_args
+        err = RuntimeError(msg)
+        note = f"[torch_xla] while tracing aten::{func.name().split('::')[-1]}{describe_args(args, kwargs)} at {where()}"
+        if hasattr(err, "add_note"):
+            err.add_note(note)
+        else:  # Python < 3.11
+            err = RuntimeError(f"{msg}\n  {note}")
+        return err
+
+    if name in checks.ALWAYS:
+        def run_always(args, kwargs):
+            msg = checks.diagnose(name, args, kwargs)
+            if msg is not None:
+                raise fail(args, kwargs, msg)
+            return h(args, kwargs)
+        return run_always
+
+    def run(args, kwargs):
+        try:
+            return h(args, kwargs)
+        except Exception:
+            msg = checks.diagnose(name, args, kwargs)
+            if msg is None:
+                raise
+        raise fail(args, kwargs, msg)
+    return run
 
 
 def _make_handler(func):

@@ -232,6 +232,7 @@ def make_entry(info, key, args, kwargs):
         msg = str(e)
         raise type(e)(f"{msg}\n  [torch_xla] while tracing aten::{info.name}{describe_args(args, kwargs)} at {where()}") from None
     avals, struct = _flatten_out(out)
+    _check_size(info, avals, args, kwargs)
     e = OpEntry()
     e.info = info
     e.name = info.name
@@ -257,6 +258,38 @@ def make_entry(info, key, args, kwargs):
     if not config.flag("XLA_SKIP_LOWERING_CHECK"):
         _check_entry(e, args, kwargs)
     return e
+
+
+def _check_size(info, avals, args, kwargs):
+    # an output no device of this process can hold would otherwise be traced,
+    # compiled and then computed for hours (XLA fuses rand(2**50).sum() into a
+    # loop that never allocates it); views allocate nothing
+    nbytes = 0
+    for shape, dt in avals:
+        n = dt.itemsize if isinstance(dt, torch.dtype) else 8
+        for d in shape:
+            n *= d
+        nbytes += n
+    if nbytes < (1 << 33):
+        return
+    if info.func is not None and any(r.alias_info is not None for r in info.func._schema.returns):
+        return
+    from ..runtime import platform
+    limit = platform.device_memory_bytes()
+    if nbytes > limit:
+        shapes = ", ".join(f"{_short_dtype(dt)}{list(shape)}" for shape, dt in avals)
+        err = RuntimeError(f"Error preparing computation: Out of memory allocating {nbytes} bytes.")
+        note = (f"[torch_xla] aten::{info.name} would produce {shapes}, more than the "
+                f"{limit} bytes the device holds, at {where()}")
+        if hasattr(err, "add_note"):
+            err.add_note(note)
+        else:  # Python < 3.11
+            err = RuntimeError(f"{err}\n  {note}")
+        raise err
+
+
+def _short_dtype(dt):
+    return str(dt).replace("torch.", "")
 
 
 def _promotable(a):

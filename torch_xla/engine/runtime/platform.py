@@ -76,6 +76,30 @@ def jax_device():
     return _device
 
 
+_memory_bytes = None
+
+
+def device_memory_bytes():
+    """How many bytes one device of this process can hold at most: the GPU's
+    allocator limit, or the host's physical memory for the CPU (and where the
+    platform does not say)."""
+    global _memory_bytes
+    if _memory_bytes is None:
+        limit = None
+        try:
+            stats = jax_device().memory_stats() or {}
+            limit = stats.get("bytes_limit")
+        except Exception:  # noqa: BLE001  (platforms without memory stats)
+            pass
+        if not limit:
+            try:
+                limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            except (ValueError, OSError, AttributeError):
+                limit = 1 << 62
+        _memory_bytes = int(limit)
+    return _memory_bytes
+
+
 def local_device_index():
     return config.integer("XLA_LOCAL_DEVICE_INDEX", 0)
 

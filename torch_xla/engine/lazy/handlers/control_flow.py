@@ -299,6 +299,9 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
             o = f(list(c) + list(x), ext)
             return tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c)), tuple(o[nc:])
 
+        import os, jax
+        if os.environ.get("XLA_SCAN_REMAT"):
+            step = jax.checkpoint(step, prevent_cse=False)
         c, ys = lax.scan(step, c0, xs_, length=length, reverse=reverse)
         return list(c) + list(ys)
 

@@ -1,0 +1,324 @@
+"""Argument checks that explain a bad call in upstream's words.
+
+A check is a small function registered for one or more aten ops (by overload
+packet name). It looks at the call's arguments (tensors only by shape and dtype)
+and returns upstream's message for what is wrong, or None. The dispatcher runs
+a check only after the op has failed (so a good call pays nothing), except for
+the ops listed with `always=True`, which PyTorch's meta kernels do not validate
+(`random_`, `uniform_`): there a missing check would be a silent wrong answer.
+"""
+import torch
+
+CHECKS = {}
+ALWAYS = set()
+_CURRENT = {}  # the op a shared check is looking at
+
+_SHORT = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "s64", torch.int32: "s32", torch.int16: "s16", torch.int8: "s8",
+    torch.uint8: "u8", torch.bool: "pred", torch.complex64: "c64", torch.complex128: "c128",
+}
+
+
+def check(*names, always=False):
+    def register(fn):
+        for n in names:
+            CHECKS[n] = fn
+            if always:
+                ALWAYS.add(n)
+        return fn
+    return register
+
+
+def diagnose(name, args, kwargs):
+    """Upstream's message for this call of aten `name`, or None when the check
+    finds nothing wrong (or there is no check)."""
+    fn = CHECKS.get(name)
+    if fn is None:
+        return None
+    try:
+        _CURRENT["name"] = name
+        return fn(args, kwargs or {})
+    except Exception:  # noqa: BLE001  (a check must never hide the op's own error)
+        return None
+
+
+def shape_text(t):
+    """`f32[2,3]`: a tensor's type as upstream prints it in messages."""
+    dt = _SHORT.get(t.dtype, str(t.dtype).replace("torch.", ""))
+    return f"{dt}[{','.join(str(d) for d in t.shape)}]"
+
+
+def _arg(args, kwargs, i, name, default=None):
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def _norm_dim(d, rank):
+    return d + rank if d < 0 else d
+
+
+# ---------------------------------------------------------------------------
+# broadcasting
+
+@check("add", "sub", "rsub", "mul", "div", "remainder", "fmod", "pow", "maximum", "minimum",
+       "atan2", "hypot", "copysign", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+       "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "where")
+def _broadcast(args, kwargs):
+    ts = [a for a in args if isinstance(a, torch.Tensor)]
+    if len(ts) < 2:
+        return None
+    a, b = ts[0], ts[1]
+    ra, rb = a.dim(), b.dim()
+    n = min(ra, rb)
+    for k in range(n):
+        # align from the right; report the leftmost dimension that disagrees
+        ia, ib = ra - n + k, rb - n + k
+        da, db = a.shape[ia], b.shape[ib]
+        if da != db and da != 1 and db != 1:
+            return (f"Shapes are not compatible for broadcasting: {shape_text(a)} vs. {shape_text(b)}. "
+                    f"Expected dimension {ia} of shape {shape_text(a)} ({da}) to match dimension {ib} "
+                    f"of shape {shape_text(b)} ({db}). Either that or that any of them is either 1 "
+                    f"or unbounded. Try reshaping one of the tensors to match the other.")
+    return None
+
+
+@check("div")
+def _div(args, kwargs):
+    mode = kwargs.get("rounding_mode")
+    if mode is not None and mode not in ("trunc", "floor"):
+        return (f"div(): invalid rounding mode `{mode}`. Expected it to be either 'trunc', 'floor', "
+                f"or be left unspecified.")
+    return _broadcast(args, kwargs)
+
+
+# ---------------------------------------------------------------------------
+# shape ops
+
+@check("flip")
+def _flip(args, kwargs):
+    x, dims = args[0], list(_arg(args, kwargs, 1, "dims", []))
+    rank = x.dim()
+    normed = [_norm_dim(d, rank) for d in dims]
+    counts = {}
+    for d in normed:
+        counts[d] = counts.get(d, 0) + 1
+    dup = sorted(d for d, c in counts.items() if c > 1)
+    if not dup:
+        return None
+    found = ", ".join(f"{d} ({counts[d]} times)" for d in dup)
+    return (f"flip(): expected each dimension to appear at most once. Found dimensions: {found}. "
+            f"Consider changing dims from {dims} to {sorted(counts)}.")
+
+
+@check("full")
+def _full(args, kwargs):
+    size = list(_arg(args, kwargs, 0, "size", []))
+    if any(s < 0 for s in size):
+        return (f"full(): expected concrete sizes (i.e. non-symbolic) to be positive values. "
+                f"However found negative ones: {size}.")
+    return None
+
+
+@check("gather")
+def _gather(args, kwargs):
+    x, dim, index = args[0], _arg(args, kwargs, 1, "dim"), _arg(args, kwargs, 2, "index")
+    if x.dim() != index.dim():
+        return (f"gather(): expected rank of input ({x.dim()}) and index ({index.dim()}) tensors "
+                f"to be the same.")
+    dim = _norm_dim(dim, x.dim())
+    bad = [i for i in range(x.dim()) if i != dim and index.shape[i] > x.shape[i]]
+    if bad:
+        return (f"gather(): expected sizes of index {list(index.shape)} to be smaller or equal those "
+                f"of input {list(x.shape)} on all dimensions, except on dimension {dim}. However, "
+                f"that's not true on dimensions {bad}.")
+    return None
+
+
+@check("roll")
+def _roll(args, kwargs):
+    shifts = list(_arg(args, kwargs, 1, "shifts", []))
+    dims = list(_arg(args, kwargs, 2, "dims", []) or [])
+    if not shifts:
+        return "roll(): expected `shifts` to have at least 1 element."
+    if not dims and len(shifts) != 1:
+        return (f"roll(): expected `shifts` {shifts} (size={len(shifts)}) to have exactly 1 element "
+                f"when `dims` is empty.")
+    if dims and len(dims) != len(shifts):
+        return (f"roll(): expected `dims` {dims} (size={len(dims)}) to match the size of `shifts` "
+                f"{shifts} (size={len(shifts)}).")
+    return None
+
+
+@check("expand")
+def _expand(args, kwargs):
+    x, sizes = args[0], list(_arg(args, kwargs, 1, "size", []))
+    if len(sizes) < x.dim():
+        return (f"expand(): expected the `input` tensor {shape_text(x)} (rank: {x.dim()}) to have a "
+                f"rank smaller or equal to the given `sizes` {sizes} (rank: {len(sizes)}).")
+    lead = len(sizes) - x.dim()
+    for i in range(x.dim()):
+        s, have = sizes[lead + i], x.shape[i]
+        if s != -1 and s != have and have != 1:
+            return (f"expand(): expected dimension {lead + i} of the given `sizes` {sizes} ({s}) to be "
+                    f"-1, or equal to the size of the `input` tensor {shape_text(x)} at dimension {i} "
+                    f"({have}).")
+    return None
+
+
+@check("cat")
+def _cat(args, kwargs):
+    ts = list(_arg(args, kwargs, 0, "tensors", []))
+    dim = _arg(args, kwargs, 1, "dim", 0)
+    ref = next((t for t in ts if not (t.dim() == 1 and t.shape[0] == 0)), None)
+    if ref is None:
+        return None
+    d = _norm_dim(dim, ref.dim())
+    for t in ts:
+        if t is ref or (t.dim() == 1 and t.shape[0] == 0):
+            continue
+        if t.dim() != ref.dim() or any(t.shape[i] != ref.shape[i] for i in range(t.dim()) if i != d):
+            return (f"cat(): cannot concatenate tensors of shape {shape_text(t)} with {shape_text(ref)} "
+                    f"at dimension {d}. Expected shapes to be equal (except at dimension {d}) or that "
+                    f"either of them was a 1D empty tensor of size (0,).")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# linear algebra
+
+def _matrix(op, which, t):
+    if t.dim() != 2:
+        return f"{op}(): expected the {which} input tensor {shape_text(t)} to be a matrix (i.e. a 2D tensor)."
+    return None
+
+
+@check("mm")
+def _mm(args, kwargs):
+    a, b = args[0], args[1]
+    msg = _matrix("mm", "first", a) or _matrix("mm", "second", b)
+    if msg:
+        return msg
+    if a.shape[1] != b.shape[0]:
+        return (f"mm(): cannot matrix-multiply tensors {shape_text(a)} and {shape_text(b)}. Expected "
+                f"the size of dimension 1 of the first input tensor ({a.shape[1]}) to be equal the size "
+                f"of dimension 0 of the second input tensor ({b.shape[0]}).")
+    return None
+
+
+@check("trace")
+def _trace(args, kwargs):
+    t = args[0]
+    if t.dim() != 2:
+        return f"trace(): expected the input tensor {shape_text(t)} to be a matrix (i.e. a 2D tensor)."
+    return None
+
+
+_ORD = {1: "1st", 2: "2nd", 3: "3rd"}
+
+
+def _batched(op, named):
+    """named: [(argument name, position, tensor), (..)] for the two batch operands."""
+    for name, pos, t in named:
+        if t.dim() != 3:
+            return (f"{op}(): expected `{name}` {shape_text(t)} (a {t.dim()}D tensor), the {_ORD[pos]} "
+                    f"input tensor, to be a 3D tensor.")
+    (n1, p1, a), (n2, p2, b) = named
+    if a.shape[0] != b.shape[0]:
+        return (f"{op}(): expected the size of the batch dimension (i.e. dimension 0) of `{n1}` "
+                f"{shape_text(a)} (batch dimension size: {a.shape[0]}), the {_ORD[p1]} input tensor, to "
+                f"be the same as the size of the batch dimension of `{n2}` {shape_text(b)} (batch "
+                f"dimension size: {b.shape[0]}), the {_ORD[p2]} input tensor.")
+    if a.shape[2] != b.shape[1]:
+        return (f"{op}(): cannot apply batch matrix-multiplication to `{n1}` {shape_text(a)}, the "
+                f"{_ORD[p1]} input tensor, and to `{n2}` {shape_text(b)}, the {_ORD[p2]} input tensor. "
+                f"Expected the size of dimension 2 of `{n1}` ({a.shape[2]}) to be equal the size of "
+                f"dimension 1 of `{n2}` ({b.shape[1]}).")
+    return None
+
+
+@check("bmm")
+def _bmm(args, kwargs):
+    return _batched("bmm", [("input", 1, args[0]), ("mat2", 2, args[1])])
+
+
+@check("baddbmm")
+def _baddbmm(args, kwargs):
+    return _batched("baddbmm", [("batch1", 2, args[1]), ("batch2", 3, args[2])])
+
+
+# ---------------------------------------------------------------------------
+# elementwise
+
+@check("clamp")
+def _clamp(args, kwargs):
+    lo = _arg(args, kwargs, 1, "min")
+    hi = _arg(args, kwargs, 2, "max")
+    if lo is None and hi is None:
+        return "clamp(): expected at least one of `min` or `max` arguments to be specified."
+    return None
+
+
+# ---------------------------------------------------------------------------
+# random in place (no meta check upstream of us: these run always)
+
+def _bounds(dtype):
+    if dtype.is_floating_point:
+        m = torch.finfo(dtype).max
+        return -m, m
+    if dtype == torch.bool:
+        return 0, 1
+    info = torch.iinfo(dtype)
+    return info.min, info.max
+
+
+def _fmt(v):
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+@check("random_", always=True)
+def _random_(args, kwargs):
+    x = args[0]
+    rest = list(args[1:])
+    if len(rest) == 1 and "to" not in kwargs and "from" not in kwargs:
+        lo, hi = 0, rest[0]
+    else:
+        lo = rest[0] if rest else kwargs.get("from", 0)
+        hi = rest[1] if len(rest) > 1 else kwargs.get("to")
+    if hi is None:
+        return None
+    if lo >= hi:
+        return f"random_(): expected `from` ({_fmt(lo)}) to be smaller than `to` ({_fmt(hi)})."
+    low, high = _bounds(x.dtype)
+    for name, v in (("from", lo), ("to", hi - 1)):
+        if v < low or v > high:
+            side = "smaller than the lower" if v < low else "greater than the upper"
+            return (f"random_(): expected `{name}` to be within the range [{_fmt(low)}, {_fmt(high)}]. "
+                    f"However got value {_fmt(v)}, which is {side} bound.")
+    return None
+
+
+@check("uniform_", always=True)
+def _uniform_(args, kwargs):
+    lo = _arg(args, kwargs, 1, "from", 0.0)
+    hi = _arg(args, kwargs, 2, "to", 1.0)
+    if lo > hi:
+        return f"uniform_(): expected `from` ({_fmt(lo)}) <= `to` ({_fmt(hi)})."
+    return None
+
+
+# ---------------------------------------------------------------------------
+# pooling
+
+@check("avg_pool3d", "max_pool3d", "max_pool3d_with_indices")
+def _pool3d(args, kwargs):
+    op = "avg_pool3d" if "avg" in _CURRENT.get("name", "avg") else "max_pool3d"
+    for i, name, allowed in ((1, "kernel_size", (1, 3)), (2, "stride", (0, 1, 3)), (3, "padding", (1, 3))):
+        v = _arg(args, kwargs, i, name)
+        if v is None or isinstance(v, int):
+            continue
+        v = list(v)
+        if len(v) not in allowed:
+            return f"{op}(): expected argument {name} {v} (size: {len(v)}) to have size of 3."
+    return None
