@@ -182,3 +182,22 @@ def test_increment_counter_from_python():
     assert met.counter_value("SomeNewCounter") == 3
     met.clear_counters()
     assert met.counter_value("SomeNewCounter") is None
+
+
+def test_runtime_stage_metrics_and_counters_upstream_reports(dev):
+    # the stages of a barrier under upstream's names: a CPU tensor made device
+    # data, inputs gathered, the device lock, outputs wrapped, a compile handle,
+    # a scalar upload that missed the device-data cache
+    met.clear_all()
+    t = torch.tensor(2077.0, device=dev)
+    assert met.counter_value("CreateXlaTensor") == 1   # counted when read, before any barrier
+    assert met.metric_data("TensorToData")[0] == 1
+    u = t * 3.25 + 0.125
+    xm.mark_step()
+    assert u.cpu().item() == 2077.0 * 3.25 + 0.125
+    for name in ("UnwrapXlaData", "WrapXlaData", "DeviceLockWait", "TensorToData"):
+        assert met.metric_data(name)[0] >= 1, name
+    assert met.counter_value("CreateCompileHandles") == met.counter_value("UncachedCompile") >= 1
+    assert met.counter_value("DeviceDataCacheMiss") >= 1
+    met.clear_counters()
+    assert "CreateXlaTensor" not in met.counter_names()

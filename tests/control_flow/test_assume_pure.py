@@ -77,3 +77,22 @@ def test_nested_assume_pure(dev):
     outer = assume_pure(lambda a, b: inner(a, b) + 1)
     a, b = torch.randn(3, 3), torch.randn(3, 3)
     torch.testing.assert_close(outer(a.to(dev), b.to(dev)).cpu(), a @ b + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_assume_pure_torch_traces_once_with_use_cache():
+    import functools
+    import torch_xla.experimental.assume_pure as ap
+    ap._XLA_COMPUTATION_CACHE.clear()
+    calls = []
+
+    @functools.partial(ap.assume_pure_torch, use_cache=True)
+    def f(a, b):
+        calls.append(1)
+        return torch.sin(a @ b) + 1
+
+    a = torch.randn(3, 3)
+    for _ in range(3):
+        out = f(a.to("xla"), a.to("xla"))
+        torch_xla.sync()
+    assert len(calls) == 1 and "f" in ap._XLA_COMPUTATION_CACHE
+    torch.testing.assert_close(out.cpu(), torch.sin(a @ a) + 1)

@@ -15,7 +15,10 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_xla.engine import api
 
-__all__ = ["assume_pure", "PureModule"]
+__all__ = ["assume_pure", "assume_pure_torch", "PureModule"]
+
+# traced functions of assume_pure_torch(use_cache=True), by the function's name
+_XLA_COMPUTATION_CACHE = {}
 
 
 def assume_pure(fn, *, add_rng_seed_argument=False):
@@ -64,6 +67,25 @@ def assume_pure(fn, *, add_rng_seed_argument=False):
         outs = api.apply_pure(handle, tensors, seed)
         oi, si = iter(outs), iter(out_statics)
         return tree_unflatten([next(oi) if t else next(si) for t in out_is_t], out_tree)
+
+    return wrapper
+
+
+def assume_pure_torch(func, use_cache=False):
+    """The PyTorch-tracing flavour of `assume_pure`: `func` is traced to one
+    graph node per call. With `use_cache=True` the trace is kept in
+    `_XLA_COMPUTATION_CACHE` under the function's name and reused by later calls
+    with the same input signature (no retracing, no recompiling)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if use_cache:
+            pure = _XLA_COMPUTATION_CACHE.get(func.__name__)
+            if pure is None:
+                pure = _XLA_COMPUTATION_CACHE[func.__name__] = assume_pure(func)
+        else:
+            pure = assume_pure(func)
+        return pure(*args, **kwargs)
 
     return wrapper
 

@@ -44,7 +44,9 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
     and `compiled` around a cache miss, `executed` after the launch, `failed`
     when compiling or running raises (a subscriber may return a note that is
     attached to the error)."""
+    t_wait = time.perf_counter_ns()
     with _lock:
+        metrics.metric("DeviceLockWait", time.perf_counter_ns() - t_wait)
         n_roots = len(root_values)
         if donate and not device_groups.active:
             # a full barrier takes every pending index check: one walk of the graph
@@ -70,13 +72,16 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
         if events.wanted("captured"):
             events.emit("captured", graph=g, reason=reason, cached=exe is not None)
         jax_device()  # brings the device (and a multi-process job) up before inputs move
+        t_unwrap = time.perf_counter_ns()
         inputs = g.inputs()
         if g.scalars:
             inputs = _upload_scalar_pools(inputs, len(g.params), device)
+        metrics.metric("UnwrapXlaData", time.perf_counter_ns() - t_unwrap)
         stage = "compile"
         try:
             if exe is None:
                 metrics.counter("UncachedCompile")
+                metrics.counter("CreateCompileHandles")
                 if events.wanted("compile_begin"):
                     events.emit("compile_begin", graph=g, reason=reason)
                 exe = cache.compile_graph(g, inputs)
@@ -131,6 +136,7 @@ def _upload_scalar_pools(inputs, n_params, device=0):
         key = (dev, pool.dtype.str, pool.tobytes())
         arr = _pool_cache.get(key)
         if arr is None:
+            metrics.counter("DeviceDataCacheMiss")
             t0 = time.perf_counter_ns()
             arr = jax.device_put(pool, dev)
             metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
@@ -209,7 +215,7 @@ def sync(tensors=None, wait=False, reason="user"):
             bases = []
             seen = set()
             refs = tensor.pending[:]
-            tensor.pending.clear()
+            tensor.retire_pending()
             # a tensor listed twice (made, then written again) takes the place of its
             # latest write: a step that writes the same tensors in the same order keys
             # the same graph, whether or not a tensor was first made in an earlier step
@@ -239,7 +245,9 @@ def sync(tensors=None, wait=False, reason="user"):
                        device=group[0].device.index if device_groups.active else 0)
             # a tensor another thread (a loader's .to(xla)) wrote meanwhile keeps its value;
             # views re-derive from the data, not the executed IR (_gen)
+            t_wrap = time.perf_counter_ns()
             _store(group, values, outs)
+            metrics.metric("WrapXlaData", time.perf_counter_ns() - t_wrap)
         if wait:
             for b in bases:
                 if b._v[0].kind == ir.DATA and b._v[0].data is not None:
@@ -253,7 +261,7 @@ def compact_pending():
     """Loops that only read values (.item()) never reach a full barrier: drop the
     weakrefs of tensors that died or were computed since they were recorded."""
     if len(tensor.pending) > 8192:
-        tensor.pending[:] = [r for r in tensor.pending if (t := r()) is not None and t._v[0].kind == ir.OP]
+        tensor.retire_pending([r for r in tensor.pending if (t := r()) is not None and t._v[0].kind == ir.OP])
 
 
 def materialize(value, aval, device=0):

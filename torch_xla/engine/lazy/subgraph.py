@@ -308,5 +308,5 @@ def capture(fn, in_avals, name="body", pin=None):
         raise CaptureError(
                 f"torch_xla: {name} keeps a tensor of shape {list(leaked[0]._aval[0])} computed from its "
                 f"inputs alive after it returns (a global, a list it appends to); return it instead")
-    tensor_mod.pending[:] = [r for r in tensor_mod.pending if r() is not None]
+    tensor_mod.retire_pending([r for r in tensor_mod.pending if r() is not None])
     return b

@@ -200,6 +200,22 @@ _handlers = {}
 _make = torch.Tensor._make_wrapper_subclass
 pending = []  # weakrefs to base tensors that became pending since the last barrier
 _ref = weakref.ref
+_retired = [0]  # entries of `pending` dropped so far (CreateXlaTensor reads the total)
+
+
+def retire_pending(keep=None):
+    """Empty `pending` (or keep the refs `keep` lists), counting what leaves."""
+    n = len(pending)
+    if keep is None:
+        pending.clear()
+    else:
+        pending[:] = keep
+    _retired[0] += n - len(pending)
+
+
+def pending_total():
+    """How many tensors became pending since the process started."""
+    return _retired[0] + len(pending)
 
 
 def new_base(v, aval, device=None):

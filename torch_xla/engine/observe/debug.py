@@ -293,12 +293,27 @@ _last_barrier = [None]
 _metrics_step = [0]
 
 
+_created_counted = [0]
+
+
+def flush_created():
+    """CreateXlaTensor: tensors that became pending since the last count (read
+    from the executor's running total when someone looks, never per op)."""
+    from ..lazy import tensor as _tensor
+    total = _tensor.pending_total()
+    new = total - _created_counted[0]
+    _created_counted[0] = total
+    if new > 0:
+        _metrics.add_counts((("CreateXlaTensor", new),))
+
+
 def _on_barrier(reason, created=0, dead=0):
     """After a full sync (mark_step / torch_xla.sync and friends)."""
     metrics = _metrics
     now = time.perf_counter_ns()
-    if created or dead:
-        metrics.add_counts((("CreateXlaTensor", created), ("DestroyXlaTensor", dead)))
+    flush_created()
+    if dead:
+        metrics.add_counts((("DestroyXlaTensor", dead),))
     if reason == "eager":
         return
     prev = _last_barrier[0]
@@ -678,3 +693,7 @@ def install():
     events.subscribe("barrier", _on_barrier)
     if flush_op_counters not in _metrics.flushers:
         _metrics.flushers.append(flush_op_counters)
+    if flush_created not in _metrics.flushers:
+        from ..lazy import tensor as _tensor
+        _created_counted[0] = _tensor.pending_total()
+        _metrics.flushers.append(flush_created)
