@@ -1,6 +1,7 @@
 """Stand-in for upstream's C++ extension module: the private entry points
 scripts and libraries call (graph dumps, metrics, sync helpers, eager mode)."""
 
+import torch
 
 from .engine import api as _api
 
@@ -205,8 +206,7 @@ def _get_xla_tensor_debug_info(tensor):
     lines = ["XLATensor {", f"TensorID: {id(tensor)}", "Device: xla:0",
              f"XLA Shape: {shape_text}", "ShardingSpec: None"]
     if _api.is_pending_node(node):
-        name = getattr(getattr(node.entry, "info", None), "name", None) or "op"
-        lines.append(f"IR: {name}, xla_shape={shape_text}")
+        lines.append(f"IR: [] {_api.op_name(node.entry)}, xla_shape={shape_text}")
     else:
         lines.append("IR: None")
     if _api.is_data_node(node) and node.data is not None:
@@ -469,3 +469,38 @@ def _global_tensor_from_cpu_shards(shards, op_sharding, global_shape=None):
     order) laid out as `op_sharding` (from Mesh.get_op_sharding); `global_shape`
     may cut off trailing padding. RuntimeError when they do not fit together."""
     return _api.from_cpu_shards(shards, op_sharding.sharding, op_sharding.ndim, global_shape)
+
+
+_registered = []
+
+
+def _init_xla_lazy_backend():
+    """Register the XLA lazy backend with PyTorch (once per process; a second
+    call does nothing, as upstream's RegisterXLAFunctions counter shows)."""
+    if not _registered:
+        _registered.append(True)
+        _api.metrics.counter("RegisterXLAFunctions")
+
+
+def _get_git_revs():
+    """The revisions this build comes from: {'xla': ..., 'torch': ...}."""
+    from .version import __version__
+    return {"xla": __version__, "torch": torch.__version__}
+
+
+def _unsafe_buffer_pointer(t):
+    """The address of the device buffer behind an XLA tensor (its pending
+    graph runs first)."""
+    arr = _api.device_array(t)
+    arr.block_until_ready()
+    shards = getattr(arr, "addressable_shards", None)
+    if shards:
+        arr = shards[0].data
+    return int(arr.unsafe_buffer_pointer())
+
+
+def _xla_tensors_from_aten(tensors, devices):
+    """CPU tensors copied to the given XLA devices (one device string each)."""
+    if len(tensors) != len(devices):
+        raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors but {len(devices)} devices")
+    return [t.to(torch.device(d)) for t, d in zip(tensors, devices)]

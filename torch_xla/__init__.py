@@ -91,7 +91,7 @@ def sync(wait=False, reset_scope=True):
 
     With wait=True, block until the device has finished."""
     from .core import xla_model as xm
-    xm.mark_step(wait=wait)
+    xm.mark_step(wait=wait, reset_scope=reset_scope)
 
 
 @contextlib.contextmanager

@@ -81,3 +81,16 @@ def test_runtime_regions_carry_upstreams_names(tmp_path, dev):
     data = open(_xplanes(tmp_path)[0], "rb").read()
     for name in ("TransferToDevice", "Compile", "ExecuteComputation", "TransferFromDevice"):
         assert f"PjRtComputationClient::{name}".encode() in data, name
+
+
+def test_a_step_marker_inside_a_trace_region_is_refused_as_upstream():
+    import pytest
+    import torch_xla
+    import torch_xla.debug.profiler as xp
+    torch_xla.sync()   # numbering starts after a step marker
+    with pytest.raises(RuntimeError, match=r"Expecting scope to be empty but it is conv1\.1"):
+        with xp.Trace("conv1"):
+            torch_xla.sync()
+    with xp.StepTrace("train_step", step_num=0):   # ends the step after closing its scope
+        pass
+    torch_xla.sync()   # nothing left open

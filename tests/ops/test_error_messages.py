@@ -95,3 +95,21 @@ def test_an_output_no_device_can_hold_raises_at_trace_time(dev):
     # a view of that size allocates nothing and stays allowed
     v = torch.zeros(1, device=dev).expand(2 ** 25, 2 ** 25)
     assert v.shape == (2 ** 25, 2 ** 25)
+
+
+def test_a_bad_dimension_is_both_index_error_and_runtime_error(dev):
+    x = torch.zeros(2, 2, 2, device=dev)
+    for exc in (IndexError, RuntimeError):
+        with pytest.raises(exc):
+            x.flip(0, 1, 2, 3)
+    with pytest.raises(RuntimeError, match="unsupported range"):
+        torch.arange(-5, float("nan"), device=dev)
+
+
+def test_indexing_that_selects_nothing_checks_no_index(dev):
+    # eager reads no element, so out-of-range indices go unnoticed; so here
+    x = torch.rand(10, 0, 10, 10)
+    i0 = torch.randint(0, 100, (5, 0, 5))
+    i1 = torch.randint(0, 100, (5, 1, 1))
+    got = x.to(dev)[:, i0.to(dev), :, i1.to(dev)]
+    assert got.cpu().shape == x[:, i0, :, i1].shape

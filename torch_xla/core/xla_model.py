@@ -84,6 +84,8 @@ def master_print(*args, fd=None, local=False, flush=False):
 
 def mark_step(wait=False, reset_scope=True):
     """Compile and run the pending graph, then run the step closures."""
+    if reset_scope:
+        _api.reset_scopes()
     _api.metrics.counter("MarkStep")
     _api.sync(None, wait=wait, reason="user mark_step")
     _api.run_step_closures()

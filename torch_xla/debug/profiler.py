@@ -23,6 +23,8 @@ import time
 
 import jax.profiler as _jp
 
+from ..engine import api as _api
+
 _TRACER_MARKED_STEP = False
 _server = {"port": None, "obj": None}
 _trace_lock = threading.Lock()
@@ -175,13 +177,22 @@ class Trace(_jp.TraceAnnotation):
 
     def __init__(self, name: str, **kwargs):
         self.name = name
+        self.scope = None
         super().__init__(name, **kwargs)
 
     def __enter__(self):
+        # a named scope as upstream's: a step marker inside it is an error
+        self.scope = _api.push_scope(self.name)
         super().__enter__()
         return self
 
+    def _close_scope(self):
+        if self.scope is not None:
+            _api.pop_scope(self.scope)
+            self.scope = None
+
     def __exit__(self, type, value, traceback):  # noqa: A002
+        self._close_scope()
         return super().__exit__(type, value, traceback)
 
 
@@ -201,6 +212,7 @@ class StepTrace(Trace):
 
     def __exit__(self, type, value, traceback):  # noqa: A002
         from ..core import xla_model as xm
+        self._close_scope()   # the step ends here, outside this trace's own scope
         try:
             if type is None:
                 xm.mark_step()

@@ -7,6 +7,7 @@ hashing, tensor introspection, the runtime's facts, the device generator.
 """
 from .base import config, events, metrics  # noqa: F401  (re-exported)
 from .base.dtypes import JAX_TO_TORCH, NATURAL, to_jax, torch_to_numpy  # noqa: F401
+from .ir.graph import op_name  # noqa: F401
 from .ir.graph import xla_shape as xla_shape_text  # noqa: F401
 from .compile import persistent as _persistent
 from .compile import cache as _cache
@@ -56,6 +57,18 @@ def sync(tensors=None, wait=False, reason="user"):
 
 def wait_device_ops():
     _executor.wait_device_ops()
+
+
+def push_scope(name):
+    return _mode.push_scope(name)
+
+
+def pop_scope(full):
+    _mode.pop_scope(full)
+
+
+def reset_scopes():
+    _mode.reset_scopes()
 
 
 def add_step_closure(fn, args=()):

@@ -281,7 +281,8 @@ def timed(fn, msg="", printfn=eprint):
     """Run fn(), print msg and the seconds it took, return its result."""
     start = time.time()
     result = fn()
-    printfn(f"{msg}{time.time() - start:.3f}s")
+    if printfn is not None:
+        printfn(f"{msg}{time.time() - start:.3f}s")
     return result
 
 

@@ -55,15 +55,31 @@ def _dim_size(x, dim):
 def _advanced(args, kwargs):
     x, indices = args[0], args[1]
     out, d = [], 0
+    shapes, kept = [], 1
     for i in indices:
         if i is None:
+            if d < x.dim():
+                kept *= x.shape[d]
             d += 1
         elif i.dtype in (torch.bool, torch.uint8):
             d += i.dim()
         else:
+            shapes.append(tuple(i.shape))
             if _int_index(i) and d < x.dim():
                 out.append((i, x.shape[d], True, None, d))
             d += 1
+    for k in range(d, x.dim()):
+        kept *= x.shape[k]
+    if out:
+        # an empty result reads nothing: eager checks no index then
+        try:
+            n = 1
+            for s in torch.broadcast_shapes(*shapes):
+                n *= s
+        except RuntimeError:
+            n = 1
+        if n == 0 or kept == 0:
+            return []
     return out
 
 

@@ -44,6 +44,11 @@ class DeviceMismatch(Exception):
     pass
 
 
+class DimensionError(IndexError, RuntimeError):
+    """An argument out of range for a tensor's dimensions: eager PyTorch raises
+    IndexError, upstream torch_xla RuntimeError; this is both."""
+
+
 def _walk(a, key, ops, hs, scalar):
     t = type(a)
     if t is _XLATensor or t is ValueArg:
@@ -230,7 +235,9 @@ def make_entry(info, key, args, kwargs):
             out = info.func(*margs, **mkw)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         msg = str(e)
-        raise type(e)(f"{msg}\n  [torch_xla] while tracing aten::{info.name}{describe_args(args, kwargs)} at {where()}") from None
+        # a bad dimension is an IndexError in eager and a RuntimeError upstream: both
+        cls = DimensionError if type(e) is IndexError else type(e)
+        raise cls(f"{msg}\n  [torch_xla] while tracing aten::{info.name}{describe_args(args, kwargs)} at {where()}") from None
     avals, struct = _flatten_out(out)
     _check_size(info, avals, args, kwargs)
     e = OpEntry()

@@ -322,3 +322,14 @@ def _pool3d(args, kwargs):
         if len(v) not in allowed:
             return f"{op}(): expected argument {name} {v} (size: {len(v)}) to have size of 3."
     return None
+
+
+# ---------------------------------------------------------------------------
+# factories
+
+@check("arange")
+def _arange(args, kwargs):
+    nums = [a for a in args if isinstance(a, (int, float))]
+    if any(isinstance(v, float) and v != v for v in nums):
+        return f"unsupported range: {' -> '.join(str(v) for v in nums[:2])}"
+    return None
