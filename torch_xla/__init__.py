@@ -6,6 +6,7 @@ graph, which is compiled once by XLA (cached by hash) and run at a barrier
 """
 import contextlib
 import functools
+import weakref
 
 import torch
 
@@ -140,6 +141,9 @@ def compile(f=None, full_graph=False, name=None, max_different_graphs=None,  # n
                                      num_different_graphs_allowed=num_different_graphs_allowed, replay=True)
         return _CompileContext(full_graph, name, limit)
     ctx = _CompileContext(full_graph, name, limit)
+    if limit is not None:
+        # graphs are counted per function, however many times it is wrapped
+        ctx.graphs = _graphs_of(f)
     if replay:
         wrapper = _replaying(f, ctx)
     else:
@@ -149,6 +153,16 @@ def compile(f=None, full_graph=False, name=None, max_different_graphs=None,  # n
                 return f(*args, **kwargs)
     wrapper._xla_graphs = ctx.graphs
     return wrapper
+
+
+_GRAPHS_BY_FN = weakref.WeakKeyDictionary()
+
+
+def _graphs_of(f):
+    try:
+        return _GRAPHS_BY_FN.setdefault(f, {})
+    except TypeError:   # not weak-referenceable: counted per wrapper
+        return {}
 
 
 def _call_signature(leaves):
@@ -247,14 +261,21 @@ class _CompileContext:
 
 
 def _different_graph_error(limit, got, seen, name):
-    """Upstream's message: the first op where the new graph leaves every graph seen."""
-    best, at = seen[0], -1
-    for lines in seen:
+    """Upstream's message: the first op where the new graph leaves every graph
+    seen, and what the graphs seen do there (each different next op, in the
+    order they were first seen)."""
+    def common(lines):
         n = 0
         while n < min(len(lines), len(got)) and lines[n] == got[n]:
             n += 1
-        if n > at:
-            best, at = lines, n
+        return n
+    at = max(common(lines) for lines in seen)
+    closest = [lines for lines in seen if common(lines) == at]
+    best = closest[0]
+    nexts = []
+    for lines in closest:
+        if at < len(lines) and lines[at] not in nexts:
+            nexts.append(lines[at])
     msg = [f"Maximum number of different graphs allowed per function exceeded: {limit}"]
     if at == len(got) == len(best):
         msg.append(f"Got the same {len(got)} ops as a graph seen before, on inputs of other shapes or dtypes")
@@ -262,8 +283,11 @@ def _different_graph_error(limit, got, seen, name):
         msg.append(f"Got: {got[at]}")
     else:
         msg.append(f"Reached the end of the function at: {got[at - 1] if at else '(no ops)'}")
-    if at < len(best):
-        msg.append(f"Expected: {best[at]}")
+    if len(nexts) > 1:
+        msg.append("Expected either of:")
+        msg += [f"  - {line}" for line in nexts]
+    elif nexts:
+        msg.append(f"Expected: {nexts[0]}")
     elif at < len(got):
         msg.append("Expected the graph to end here (the ops match a graph seen before up to this point;"
                    " an input's shape or dtype changed)")

@@ -42,3 +42,29 @@ def test_experimental_alias(dev):
     import torch_xla.experimental as exp
     f = exp.compile(lambda x: x * 2)
     torch.testing.assert_close(f(torch.ones(2, device=dev)).cpu(), torch.full((2,), 2.0))
+
+
+def test_the_limit_counts_per_function_and_lists_every_branch_at_a_fork():
+    # a fresh torch_xla.compile wrapper around the same function shares its
+    # count; at a fork the message lists what each earlier graph did next
+    import pytest
+    import torch
+    import torch_xla
+
+    def foo(x, step):
+        r = x + x
+        if step == 0:
+            return r * 2
+        if step == 1:
+            return r + x
+        return r / 3
+
+    x = torch.rand(10, device="xla")
+    for step in (0, 1):
+        torch_xla.compile(foo, max_different_graphs=2)(x, step)
+    with pytest.raises(RuntimeError) as err:
+        torch_xla.compile(foo, max_different_graphs=2)(x, 2)
+    msg = str(err.value)
+    assert "Got: [] aten::div, xla_shape=f32[10]{0}, dynamic_dims: ()" in msg
+    assert ("Expected either of:\n  - [] aten::mul, xla_shape=f32[10]{0}, dynamic_dims: ()\n"
+            "  - [] aten::add, xla_shape=f32[10]{0}, dynamic_dims: ()") in msg
