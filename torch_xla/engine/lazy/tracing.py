@@ -22,6 +22,11 @@ NO_SPECIAL_SCALARS = config.flag("XLA_NO_SPECIAL_SCALARS")
 _SCALAR_TYPES = (float, int, bool, complex)
 _SKEY = {float: ("s", float), int: ("s", int), bool: ("s", bool), complex: ("s", complex)}
 _SKEY_F = _SKEY[float]
+_SKEY_F32 = ("s", float, "float32")
+# a Python float next to a tensor of these dtypes is fed as float32, the precision
+# eager computes it in (and upstream casts it to): no f64 in the graph, which
+# TPUs do not run natively; beside an f64 (or no float) tensor it stays float64
+_NARROW = frozenset((torch.float32, torch.bfloat16, torch.float16, torch.complex64))
 
 
 class ValueArg:
@@ -49,7 +54,7 @@ class DimensionError(IndexError, RuntimeError):
     IndexError, upstream torch_xla RuntimeError; this is both."""
 
 
-def _walk(a, key, ops, hs, scalar):
+def _walk(a, key, ops, hs, scalar, narrow=False):
     t = type(a)
     if t is _XLATensor or t is ValueArg:
         key.append(a._aval)
@@ -61,8 +66,12 @@ def _walk(a, key, ops, hs, scalar):
             if t not in _SKEY:
                 a = (bool(a) if isinstance(a, bool) else int(a) if isinstance(a, int)
                      else float(a) if isinstance(a, float) else complex(a))
-            v = ir.scalar_value(a)
-            key.append(_SKEY[type(a)])
+            if narrow and type(a) is float:
+                v = ir.scalar_value(a, "float32")
+                key.append(_SKEY_F32)
+            else:
+                v = ir.scalar_value(a)
+                key.append(_SKEY[type(a)])
             ops.append(v)
             hs.append(v[0].hash)
         else:
@@ -71,7 +80,7 @@ def _walk(a, key, ops, hs, scalar):
         key.append(t)
         key.append(len(a))
         for x in a:
-            _walk(x, key, ops, hs, scalar)
+            _walk(x, key, ops, hs, scalar, narrow)
     elif isinstance(a, torch.Tensor):
         if isinstance(a, _XLATensor):
             key.append(a._aval)
@@ -111,6 +120,7 @@ def walk_args(args, kwargs, info):
     ops = []
     hs = []
     sp = info.scalar_pos
+    fdt = None   # the dtype of the last tensor operand: how a float scalar is fed
     for i, a in enumerate(args):
         t = type(a)
         if t is _XLATensor:
@@ -118,21 +128,29 @@ def walk_args(args, kwargs, info):
             v = a._v if a._xb is None else _view_value(a)
             ops.append(v)
             hs.append(v[0].hash + v[1])
+            fdt = a._aval[1]
         elif t is float and i in sp and not NO_SPECIAL_SCALARS and a != 0 and a != 1:
             # the hot case: a Python float operand (lr, eps, a constant factor)
-            v = _scalar_cache.get(("float64", float, a))
-            if v is None:
-                v = ir.scalar_value(a)
-            key.append(_SKEY_F)
+            if fdt in _NARROW:
+                v = _scalar_cache.get(("float32", float, a))
+                if v is None:
+                    v = ir.scalar_value(a, "float32")
+                key.append(_SKEY_F32)
+            else:
+                v = _scalar_cache.get(("float64", float, a))
+                if v is None:
+                    v = ir.scalar_value(a)
+                key.append(_SKEY_F)
             ops.append(v)
             hs.append(v[0].hash)
         else:
-            _walk(a, key, ops, hs, i in sp)
+            _walk(a, key, ops, hs, i in sp, fdt in _NARROW)
     if kwargs:
         sk = info.scalar_kw
+        narrow = fdt in _NARROW
         for k, a in kwargs.items():
             key.append(k)
-            _walk(a, key, ops, hs, k in sk)
+            _walk(a, key, ops, hs, k in sk, narrow)
     return tuple(key), ops, hs
 
 
