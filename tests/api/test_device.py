@@ -2,6 +2,7 @@
 saving, copying, and the errors a user meets."""
 import copy
 import io
+import textwrap
 import traceback
 import os
 import subprocess
@@ -271,3 +272,19 @@ def test_a_second_device_index_raises_everywhere(make):
     with pytest.raises(ValueError, match=r"owns one XLA device \(xla:0\); got xla:[12]"):
         make()
     assert torch.ones(2).to("xla:0").device == torch.device("xla", 0)
+
+
+def test_an_unknown_pjrt_device_fails_the_same_way_until_restart():
+    code = textwrap.dedent("""
+        import os, torch, torch_xla
+        for kind in ("DUMMY_DEVICE", "CPU"):
+            os.environ["PJRT_DEVICE"] = kind
+            try:
+                torch_xla._XLAC._init_computation_client()
+                print("started")
+            except RuntimeError as e:
+                print(str(e).split(".")[0])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.stdout.split("\n")[:2] == ["No PjRtPlugin registered for: DUMMY_DEVICE"] * 2, out.stderr

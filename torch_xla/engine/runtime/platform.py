@@ -17,6 +17,7 @@ config.restore_jax_env()
 _PLATFORMS = {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda", "TPU": "tpu"}
 _lock = threading.Lock()
 _device = None
+_start_error = []
 
 
 def device_type():
@@ -26,7 +27,8 @@ def device_type():
         kind = "CUDA"
     if kind not in _PLATFORMS:
         raise RuntimeError(
-            f"PJRT_DEVICE={kind!r} is not supported; use one of CPU, CUDA, GPU, TPU")
+            f"No PjRtPlugin registered for: {kind}. Make sure the environment variable PJRT_DEVICE "
+            f"is set to a correct device name. (This package runs on CPU, CUDA (or GPU) and TPU.)")
     return kind
 
 
@@ -63,13 +65,22 @@ def jax_device():
     first of the devices behind the logical device)."""
     global _device
     if _device is None:
+        if _start_error:
+            # as upstream, a runtime that failed to start stays failed: the
+            # first error is the one to fix, whatever the environment says now
+            raise _start_error[0]
         with _lock:
             if _device is None:
                 from . import distributed
+                try:
+                    platform = jax_platform()
+                except RuntimeError as e:
+                    _start_error.append(e)
+                    raise
                 with config.jax_env_during_start():
                     distributed.maybe_initialize()
                     configure_backend()
-                    devs = jax.local_devices(backend=jax_platform())
+                    devs = jax.local_devices(backend=platform)
                 dev = devs[local_device_index() % len(devs)]
                 jax.config.update("jax_default_device", dev)
                 _device = dev
