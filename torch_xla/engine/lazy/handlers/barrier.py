@@ -37,3 +37,7 @@ def optimization_barrier_(tensors):
     node, entry = trace_node(_BARRIER, (xs,), {})
     for t, r in zip(xs, wrap(node, entry)):
         assign_result(t, r)
+    # a top-level call outside __torch_dispatch__: in eager mode it runs as one op
+    from .. import mode
+    if mode.current() == mode.EAGER and mode.state.depth == 0:
+        mode.run_eager_op()
