@@ -504,3 +504,21 @@ def _xla_tensors_from_aten(tensors, devices):
     if len(tensors) != len(devices):
         raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors but {len(devices)} devices")
     return [t.to(torch.device(d)) for t, d in zip(tensors, devices)]
+
+
+def _xla_tensors_report(nodes_threshold=100, device=""):
+    """The IR of each live XLA tensor with more than `nodes_threshold` nodes,
+    with the user frame of its latest op when XLA_IR_DEBUG / XLA_HLO_DEBUG is on."""
+    return _api.tensors_report(nodes_threshold, device)
+
+
+def _get_ir_debug():
+    """Whether IR nodes record the user's frames (XLA_IR_DEBUG, read at import)."""
+    return _api.config.records_sources()
+
+
+def _set_ir_debug(enable):
+    if bool(enable) != _get_ir_debug():
+        raise NotImplementedError(
+            "torch_xla: IR debug information is chosen at import (XLA_IR_DEBUG=1 or XLA_HLO_DEBUG=1 "
+            "before `import torch_xla`); it cannot be switched in a running process")

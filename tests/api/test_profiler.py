@@ -94,3 +94,22 @@ def test_a_step_marker_inside_a_trace_region_is_refused_as_upstream():
     with xp.StepTrace("train_step", step_num=0):   # ends the step after closing its scope
         pass
     torch_xla.sync()   # nothing left open
+
+
+def test_ir_debug_records_the_trace_scope_and_frames_in_the_tensors_report():
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import torch, torch_xla, torch_xla.debug.profiler as xp
+        with xp.Trace("block"):
+            t = torch.tensor([2.0, 3.0], device="xla") * 2.5
+        report = torch_xla._XLAC._xla_tensors_report(0, "xla:0")
+        assert "Frames" in report and "scope=block.1" in report, report
+        assert "aten::mul" in report
+        print("ok")
+    """)
+    import os
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "XLA_IR_DEBUG": "1", "JAX_PLATFORMS": "cpu"})
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -172,6 +172,25 @@ def op_trace(tensors=None):
     return _dump.op_trace(_executor.pending_roots(None if tensors is None else list(tensors)))
 
 
+def tensors_report(nodes_threshold=100, device=""):
+    """Upstream's _xla_tensors_report: the IR of every live XLA tensor (on
+    `device`, when given) with more than `nodes_threshold` nodes."""
+    import gc
+    from .lazy import tensor as _t
+    from .lazy.transfers import value_of
+    want = str(device) if device else None
+    live = [o for o in gc.get_objects() if type(o) is _t.XLATensor]
+    pairs = []
+    for t in live:
+        if want is not None and str(t.device) != want:
+            continue
+        try:
+            pairs.append((t, value_of(t)))
+        except Exception:  # noqa: BLE001  (a tensor mid-construction or donated)
+            continue
+    return _dump.tensors_report(pairs, nodes_threshold)
+
+
 def explain_recompilations(last=None):
     return _debug.explain_recompilations(last)
 

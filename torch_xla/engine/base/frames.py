@@ -6,6 +6,7 @@ analysis prints, leaving the engine's own out.
 """
 import os
 import sys
+import threading
 
 _PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../torch_xla
 PKG = _PKG
@@ -70,3 +71,22 @@ def python_frames(skip_engine=True):
             out.append((f.f_code.co_name, fn, f.f_lineno))
         f = f.f_back
     return out
+
+
+# ---------------------------------------------------------------------------
+# named scopes (xp.Trace): per thread, numbered from 1 after every step marker
+
+_scope_state = threading.local()
+
+
+def scopes():
+    st = getattr(_scope_state, "v", None)
+    if st is None:
+        st = _scope_state.v = {"stack": [], "next": 1}
+    return st
+
+
+def current_scope():
+    """The innermost open scope's full name on this thread, or None."""
+    st = getattr(_scope_state, "v", None)
+    return st["stack"][-1] if st is not None and st["stack"] else None

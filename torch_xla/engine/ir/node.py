@@ -110,8 +110,10 @@ if config.records_sources():
     _PlainNode = Node
 
     class Node(_PlainNode):  # noqa: F811
-        __slots__ = ("src",)
+        __slots__ = ("src", "scope")
 
         def __init__(self, kind, entry, operands, h, data=None):
             _PlainNode.__init__(self, kind, entry, operands, h, data)
-            self.src = frames.user_src(2) if kind == OP else None
+            # ops and uploads (not scalar constants): where, and in which xp.Trace scope
+            self.src = frames.user_src(2) if kind != SCALAR else None
+            self.scope = frames.current_scope() if kind != SCALAR else None

@@ -117,14 +117,8 @@ def unexpected_execution(graph, reason):
 # ---------------------------------------------------------------------------
 # named scopes (xp.Trace): per thread, numbered from 1 after every step marker
 
-_scope_state = threading.local()
-
-
 def _scopes():
-    st = getattr(_scope_state, "v", None)
-    if st is None:
-        st = _scope_state.v = {"stack": [], "next": 1}
-    return st
+    return frames.scopes()
 
 
 def push_scope(name):

@@ -158,6 +158,9 @@ def to_text(values):
         loc = node_location(n)
         if loc:
             text += f", location={loc}"
+        scope = getattr(n, "scope", None)
+        if scope:
+            text += f", scope={scope}"
         if id(n) in roots:
             text += f", ROOT={roots[id(n)]}"
         lines.append(text)
@@ -427,3 +430,29 @@ def op_trace(values):
     lines = [f"[] {op_name(n.entry)}, xla_shape={_node_shape_text(n)}, dynamic_dims: ()"
              for n in g.order]
     return g.key, lines
+
+
+def tensors_report(tensors, nodes_threshold=100):
+    """Upstream's live-tensor report: for each tensor whose IR has more than
+    `nodes_threshold` nodes, its id, shape, device and node count, the user
+    frame of its latest op (with XLA_IR_DEBUG) and its IR text."""
+    out = []
+    for t, value in tensors:
+        g = Graph.capture([value])
+        n = len(g.order) + len(g.params) + len(g.scalars)
+        if n <= nodes_threshold:
+            continue
+        out.append(f"Tensor: id={id(t)}, shape={_node_shape_text_of(value)}, device={t.device}, ir_nodes={n}\n")
+        src = getattr(value[0], "src", None)
+        if src is not None:
+            fn, file, line = src
+            out.append(f"Frames:\n  {fn} ({file}:{line})\n")
+        out.append(to_text(g))
+        out.append("\n\n")
+    return "".join(out)
+
+
+def _node_shape_text_of(value):
+    node, i = value
+    shape, dtype = node.entry.out_avals[i] if node.kind == ir.OP else node.entry
+    return xla_shape(shape, dtype)
