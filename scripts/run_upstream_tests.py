@@ -14,9 +14,7 @@ Which files run, and how, comes from `upstream-suite-files.tsv` (default:
 `shared/baselines/` beside or above this checkout, or `/work/shared/baselines`):
 every row is run from `$UPSTREAM_XLA/test` with the row's environment (`@TMP@` is
 a fresh folder per row, `PJRT_DEVICE=CPU` unless already set) and what upstream's
-`run_tests.sh` exports (`TORCH_TEST_DEVICES`, `PYTORCH_TEST_WITH_SLOW`; and
-`PYTORCH_TESTING_DEVICE_EXCEPT_FOR=privateuse1`, so device-generic tests run once, as
-upstream's `...XLA` classes, not again as `...PRIVATEUSE1`) as either
+`run_tests.sh` exports (`TORCH_TEST_DEVICES`, `PYTORCH_TEST_WITH_SLOW`) as either
 `python FILE ARGS` (mode `main`/`script`) or `python -m unittest -v MODULE`
 (mode `unittest`).
 
@@ -260,12 +258,6 @@ def run_row(row, test_dir, out_dir, timeout, kfilters, use_checkout, shim_dir):
     # *XLA classes of instantiate_device_type_tests) and the slow cases
     env.setdefault("TORCH_TEST_DEVICES", os.path.join(test_dir, "pytorch_test_base.py"))
     env.setdefault("PYTORCH_TEST_WITH_SLOW", "1")
-    # Our device is PyTorch's PrivateUse1 backend renamed `xla`, so torch's
-    # device-type harness would instantiate every device-generic test twice:
-    # as upstream's `...XLA` class (TORCH_TEST_DEVICES) and again as
-    # `...PRIVATEUSE1`, the same tests on the same device. Upstream's device is
-    # not PrivateUse1 and gets the first only; so do we.
-    env.setdefault("PYTORCH_TESTING_DEVICE_EXCEPT_FOR", "privateuse1")
     env.setdefault("XLA_DUMP_FATAL_STACK", "1")
     if env_text != "-":
         for kv in env_text.split():
