@@ -91,7 +91,7 @@ def _mp_fn(index, flags):
         train_sampler.set_epoch(epoch)
         train_loop_fn(train_device_loader, epoch)
         digest = params_digest(model)
-        all_digests = [d.decode() for d in xm.rendezvous(f"params_epoch_{epoch}", digest)]
+        all_digests = [d.decode() for d in xm.rendezvous(f"params_epoch_{epoch}", digest.encode())]
         same = len(set(all_digests)) == 1
         digests.append(same)
         accuracy = test_loop_fn(test_device_loader)

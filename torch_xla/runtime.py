@@ -1,12 +1,14 @@
 """torch_xla.runtime (xr): the PJRT runtime's view of this process and job."""
 import os
-import warnings
 
 from .engine import api as _api
 
 
 def device_type():
-    """The PJRT device kind: 'CPU', 'CUDA' or 'TPU'."""
+    """The PJRT device kind: 'CPU', 'CUDA' or 'TPU'. None when PJRT_DEVICE is
+    unset and PJRT_SELECT_DEFAULT_DEVICE=0 turns off picking one (as upstream)."""
+    if not os.environ.get("PJRT_DEVICE") and os.environ.get("PJRT_SELECT_DEFAULT_DEVICE") == "0":
+        return None
     return _api.device_type()
 
 
@@ -116,9 +118,11 @@ def initialize_cache(path, readonly=False):
 
 
 def set_device_type(pjrt_device):
-    """Select the PJRT device kind before the runtime starts."""
-    if _api.is_initialized():
-        warnings.warn("set_device_type after the runtime started has no effect")
+    """Select the PJRT device kind before the runtime starts. Naming another
+    kind once the runtime is up raises RuntimeError (the same kind is fine)."""
+    from . import _XLAC
+    if _XLAC._xla_runtime_is_initialized() and os.environ.get("PJRT_DEVICE") != pjrt_device:
+        raise RuntimeError("Can't change device type after XLA runtime is initialized")
     os.environ["PJRT_DEVICE"] = pjrt_device
 
 

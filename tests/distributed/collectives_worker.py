@@ -264,7 +264,7 @@ def _mp_fn(index, out_path):
     except Exception:  # noqa: BLE001
         checks["host"] = "FAIL: " + traceback.format_exc()[-600:]
 
-    everything = xm.rendezvous("results", json.dumps({"rank": r, "checks": checks}))
+    everything = xm.rendezvous("results", json.dumps({"rank": r, "checks": checks}).encode())
     if r == 0:
         with open(out_path, "w") as f:
             json.dump([json.loads(e) for e in everything], f, indent=1)
@@ -275,7 +275,7 @@ def _again(index, out_path):
     x = torch.ones(2, device=torch_xla.device()) * (index + 1)
     s = xm.all_reduce(xm.REDUCE_SUM, x)
     xm.mark_step()
-    got = xm.rendezvous("again", f"{index}:{s.cpu().tolist()}")
+    got = xm.rendezvous("again", f"{index}:{s.cpu().tolist()}".encode())
     if index == 0:
         with open(out_path + ".again", "w") as f:
             json.dump({"world": xr.world_size(), "got": [g.decode() for g in got]}, f)

@@ -65,7 +65,7 @@ def _mp_fn(index, out_path):
            "all_reduce": t.cpu().tolist(), "all_gather": [o.cpu().tolist() for o in outs],
            "broadcast": b.cpu().tolist(), "reduce_scatter": rs.cpu().tolist(),
            "all_to_all": [o.cpu().tolist() for o in a2a_out], "xr_world": xr.world_size()}
-    lines = xm.rendezvous("ddp_result", json.dumps(rec))
+    lines = xm.rendezvous("ddp_result", json.dumps(rec).encode())
     if rank == 0:
         with open(out_path, "w") as f:
             for line in lines:

@@ -18,7 +18,7 @@ def _mp_fn(index, out_path):
     rec = {"ordinal": index, "world": xr.world_size(), "host": xr.host_index(),
            "local_ordinal": xr.local_ordinal(), "local_count": xr.local_process_count(),
            "all_reduce": y.cpu().tolist()}
-    recs = xm.rendezvous("multihost", json.dumps(rec))
+    recs = xm.rendezvous("multihost", json.dumps(rec).encode())
     if index == 0:
         with open(out_path, "w") as f:
             json.dump([json.loads(r) for r in recs], f)

@@ -22,8 +22,15 @@ def test_run_multiprocess_and_spawn_join_false(tmp_path):
             t = torch.ones(2, device=torch_xla.device()) * (index + 1)
             return xm.all_reduce(xm.REDUCE_SUM, t).cpu().tolist()
 
+        def bad_payload():
+            return xm.rendezvous("tag", "a str, not bytes")
+
         if __name__ == "__main__":
             print("RESULTS", pjrt.run_multiprocess(square_of_rank))
+            try:   # a replica's exception comes back as itself, as upstream's pool
+                pjrt.run_multiprocess(bad_payload)
+            except TypeError as e:
+                print("RAISED", type(e).__name__, type(e.__cause__).__name__)
             job = xmp.spawn(work, nprocs=None, join=False)
             print("NPROCS", len(job.processes))
             while not job.join():
@@ -35,5 +42,6 @@ def test_run_multiprocess_and_spawn_join_false(tmp_path):
                        timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "RESULTS {0: 0, 1: 1}" in p.stdout
+    assert "RAISED TypeError ReplicaFailed" in p.stdout
     assert "NPROCS 2" in p.stdout
     assert "SUMS [(0, [3.0, 3.0]), (1, [3.0, 3.0])]" in p.stdout

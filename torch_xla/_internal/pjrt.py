@@ -17,7 +17,9 @@ def run_multiprocess(fn: Callable, *args, start_method: str = "spawn", **kwargs)
     """Run fn(*args, **kwargs) in one process per device of this host.
 
     Returns {global ordinal: what fn returned there}. A failing replica stops
-    the others and raises ReplicaFailed with its traceback."""
+    the others; its exception is raised here (as upstream's process pool does),
+    caused by a ReplicaFailed carrying its traceback (ReplicaFailed alone when
+    the exception does not pickle)."""
     from .. import _XLAC
     if _XLAC._xla_runtime_is_initialized():
         raise RuntimeError("torch_xla: the runtime is already initialized in this process; "
@@ -25,7 +27,13 @@ def run_multiprocess(fn: Callable, *args, start_method: str = "spawn", **kwargs)
     from ..distributed import _launcher
     call = functools.partial(_call_without_ordinal, functools.partial(fn, *args, **kwargs))
     job = _launcher.start(call, (), start_method=start_method)
-    job.join()
+    try:
+        job.join()
+    except _launcher.ReplicaFailed as failed:
+        exc = job.exceptions.get(getattr(failed, "rank", None))
+        if isinstance(exc, BaseException):
+            raise exc from failed
+        raise
     return dict(sorted(job.results.items()))
 
 

@@ -363,8 +363,10 @@ def broadcast_master_param(model):
 
 
 def rendezvous(tag, payload=b"", replicas=[]):  # noqa: B006
-    """Wait for every ordinal at `tag`; returns every ordinal's payload, by ordinal."""
+    """Wait for every ordinal at `tag`; returns every ordinal's payload (bytes), by ordinal."""
     from ..distributed import host_exchange
+    if isinstance(payload, str):
+        raise TypeError(f"xm.rendezvous: `payload` must be bytes, not str (encode it: {payload[:20]!r}.encode())")
     return host_exchange.rendezvous(tag, payload, replicas)
 
 

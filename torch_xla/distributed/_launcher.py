@@ -92,8 +92,12 @@ def _replica_main(fn, args, env, conn, parent_pid):
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code:
             _report(conn, rank, f"SystemExit({e.code!r})")
-    except BaseException:  # noqa: BLE001 - every failure ends the job with its traceback
+    except BaseException as exc:  # noqa: BLE001 - every failure ends the job with its traceback
         tb = traceback.format_exc()
+        try:   # the exception itself too, when it pickles (run_multiprocess re-raises it)
+            conn.send(("exception", rank, exc))
+        except Exception:  # noqa: BLE001
+            pass
         if not _report(conn, rank, tb):  # the launcher prints it; here only if it cannot
             sys.stderr.write(f"torch_xla: replica {rank} (pid {os.getpid()}) failed:\n{tb}")
         code = 17
@@ -349,6 +353,7 @@ class Job:
         self.conns = conns        # rank -> parent end of the pipe
         self.link = link
         self.errors = {}
+        self.exceptions = {}      # rank -> the exception a failed replica raised (when it pickles)
         self.results = {}         # rank -> what fn returned (when it pickles)
 
     @property
@@ -366,6 +371,8 @@ class Job:
                     kind, r, payload = c.recv()
                     if kind == "error":
                         self.errors[r] = payload
+                    elif kind == "exception":
+                        self.exceptions[r] = payload
                     elif kind == "ok":
                         self.results[r] = payload
             except (EOFError, OSError):
@@ -423,7 +430,9 @@ class Job:
                 self.link.broadcast_failure(f"replica {rank} {how}")
         if self.link is not None:
             self.link.close()
-        raise ReplicaFailed(msg)
+        err = ReplicaFailed(msg)
+        err.rank = rank
+        raise err
 
     def stop(self):
         """SIGTERM every live replica, then SIGKILL the ones still there."""
