@@ -62,7 +62,9 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
                     and t._last_data.exclusive}
             if dset:
                 g.donate(i for i, p in enumerate(g.params) if id(p) in dset)
-        marked = donation.marked_params(g)   # explicit donors (_set_buffer_donation)
+        # explicit donors (_set_buffer_donation): a full barrier honours them; a
+        # partial sync only with alias_with_buffer_donor_config on (as upstream)
+        marked = donation.marked_params(g) if (donate or donation.enabled()) else ()
         if marked:
             g.donate(sorted(set(g.donated) | set(marked)))
         key = g.key
