@@ -206,3 +206,24 @@ def test_user_computation():
     assert "stablehlo" in xb.get_computation_hlo(comp)
     with pytest.raises(RuntimeError, match="expected at least 1 input tensor"):
         torch_xla._XLAC._xla_user_computation("xla::absdiff", [], comp)
+
+
+def test_a_user_computation_made_again_compiles_once():
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_builder as xb
+    import torch_xla.debug.metrics as met
+
+    def fn_op(a, b):
+        return xb.Op.tuple([xb.Op.max(a, b) - xb.Op.min(a, b)])
+
+    x = torch.tensor(10.0).to("xla")
+    torch_xla.sync()
+    met.clear_all()
+    for _ in range(2):
+        inputs = [torch.sin(x), torch.cos(x)]
+        comp = xb.create_computation("computation", fn_op, [xb.tensor_shape(p) for p in inputs])
+        out = torch_xla._XLAC._xla_user_computation("xla::computation", inputs, comp)
+        torch_xla.sync()
+    assert met.counter_value("UncachedCompile") == 1 and met.counter_value("CachedCompile") == 1
+    torch.testing.assert_close(out[0].cpu(), (torch.sin(torch.tensor(10.0)) - torch.cos(torch.tensor(10.0))).abs())

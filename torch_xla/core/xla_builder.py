@@ -540,25 +540,51 @@ class Computation:
     """A named computation made by `create_computation`: `fn` of `Op`s, with the
     parameter shapes it was created for."""
 
-    def __init__(self, name, fn, shapes):
+    def __init__(self, name, fn, shapes, key=None):
         self.name = name
         self.fn = fn
         self.shapes = list(shapes)
+        self._key = key if key is not None else fn
 
     def jax_function(self):
-        def run(*arrays):
-            builder = create_builder(self.name)
-            return _unwrap(self.fn(*[Op(a, builder) for a in arrays]))
-        run.__name__ = self.name
+        """The computation as a JAX function. Equal computations (same name,
+        function and parameter shapes) give the same function object, so a
+        graph calling one compiles once however often it is re-created."""
+        try:
+            key = (self.name, self._key, tuple((tuple(s.sizes), str(s.dtype)) for s in self.shapes))
+            hash(key)
+        except (TypeError, AttributeError):
+            key = None
+        run = _COMPUTATION_FNS.get(key) if key is not None else None
+        if run is None:
+            name, fn = self.name, self.fn
+
+            def run(*arrays):
+                builder = create_builder(name)
+                return _unwrap(fn(*[Op(a, builder) for a in arrays]))
+            run.__name__ = name
+            if key is not None:
+                if len(_COMPUTATION_FNS) > 1024:
+                    _COMPUTATION_FNS.clear()
+                _COMPUTATION_FNS[key] = run
         return run
+
+
+_COMPUTATION_FNS = {}
 
 
 def create_computation(name, fn, shapes, **kwargs):
     """A Computation of `fn` (a function of Ops) for parameters of `shapes`."""
+    key = fn
     if kwargs:
         fn0 = fn
         fn = lambda *ops: fn0(*ops, **kwargs)  # noqa: E731
-    return Computation(name, fn, shapes)
+        try:
+            key = (fn0, tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:
+            key = fn
+    return Computation(name, fn, shapes, key)
 
 
 def get_computation_hlo(computation):
