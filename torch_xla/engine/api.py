@@ -559,11 +559,13 @@ def is_placeholder(t):
     return v is not None and v[0].kind == ir.DATA and v[0].data is None
 
 
-def scan(fn_flat, n_carry, init, xs, reverse=False, body_cache=None):
+def scan(fn_flat, n_carry, init, xs, reverse=False, body_cache=None, remat=False):
     """One lax.scan node: fn_flat(*carry, *x_slices) -> [*carry, *y_slices]; -> (carry, ys).
-    body_cache: a dict in which a pure fn's captured body is kept by avals."""
+    body_cache: a dict in which a pure fn's captured body is kept by avals.
+    remat: the backward recomputes each iteration's forward (only carries saved)."""
     from .lazy.handlers import control_flow
-    return control_flow.scan(fn_flat, n_carry, list(init), list(xs), reverse=reverse, body_cache=body_cache)
+    return control_flow.scan(fn_flat, n_carry, list(init), list(xs), reverse=reverse,
+                             body_cache=body_cache, remat=remat)
 
 
 def while_loop(cond_flat, body_flat, carried):

@@ -99,6 +99,16 @@ def value_and_grad_partitioned(fn, init, xs, partition_fn=None, is_fn_pure=True)
     return forward, alias_input, backward
 
 
+def _recomputes(partition_fn):
+    if partition_fn is None:
+        return False
+    try:
+        from functorch.compile import default_partition
+    except ImportError:  # pragma: no cover
+        default_partition = None
+    return partition_fn is not default_partition
+
+
 def scan(fn, init, xs, partition_fn=None, is_fn_pure=False):
     """Run `fn(carry, x) -> (carry, y)` over the leading dimension of `xs`.
 
@@ -114,9 +124,12 @@ def scan(fn, init, xs, partition_fn=None, is_fn_pure=False):
     leaf sliced along dim 0, all of the same length) and `y` (every leaf stacked).
     The carry `fn` returns must keep the structure, shapes and dtypes of `init`.
 
-    `partition_fn` (upstream's AOTAutograd partitioner) is accepted and not used:
-    which activations are kept for the backward is decided by XLA from the
-    `jax.vjp` of the loop. With `is_fn_pure=True` (fn reads nothing but its
+    `partition_fn` (upstream's AOTAutograd partitioner) chooses what the backward
+    keeps: the default keeps the residuals of each iteration's `jax.vjp` (stacked
+    over the loop); any other partitioner (`min_cut_rematerialization_partition`)
+    keeps only the carry of each iteration and recomputes the rest in the
+    backward loop (`jax.checkpoint` of the body: less memory, a smaller program
+    that compiles faster, more compute). With `is_fn_pure=True` (fn reads nothing but its
     arguments and changes nothing), the traced loop body and fn's
     `value_and_grad_partitioned` functions are cached by fn and the inputs'
     shapes (`_SCAN_COMPUTATION_CACHE`), so a later call traces nothing; otherwise
@@ -167,7 +180,8 @@ def scan(fn, init, xs, partition_fn=None, is_fn_pure=False):
         y_spec.append((spec, [v is None for v in y_leaves]))
         return list(c_leaves) + [v for v in y_leaves if v is not None]
 
-    carry, ys = api.scan(flat_fn, nc, init_leaves, x_leaves, body_cache=bodies)
+    carry, ys = api.scan(flat_fn, nc, init_leaves, x_leaves, body_cache=bodies,
+                         remat=_recomputes(partition_fn))
     if bodies is not None:
         bodies.setdefault("y_spec", y_spec[-1])
     spec, holes = y_spec[-1]

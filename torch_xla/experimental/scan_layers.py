@@ -55,8 +55,9 @@ def scan_layers(layers, input_data, partition_fn=None, is_layer_pure=False):
     `torch.nn.Sequential(*layers)(input_data)` would, with one loop body.
 
     Every layer must have the same structure (parameter names, shapes, dtypes)
-    and compute the same function of its weights. `partition_fn` and
-    `is_layer_pure` are accepted for upstream compatibility (see `scan`)."""
+    and compute the same function of its weights. `partition_fn` chooses what
+    the backward keeps (a rematerializing partitioner keeps only each layer's
+    input) and `is_layer_pure` lets the traced layer be reused (see `scan`)."""
     layers = list(layers)
     if not layers:
         return input_data

@@ -259,7 +259,7 @@ def _split_specs(spec, diff, fouts):
 # ---------------------------------------------------------------------------
 # scan
 
-def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache=None):
+def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache=None, remat=False):
     """lax.scan of fn_flat(*carry, *x_slices) -> [*new_carry, *y_slices] over the
     leading dimension of xs (lists of XLA tensors); -> (carry list, ys list).
     `body_cache` (a dict, for functions declared pure): a captured body that closes
@@ -299,13 +299,13 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
             o = f(list(c) + list(x), ext)
             return tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c)), tuple(o[nc:])
 
-        import os, jax
-        if os.environ.get("XLA_SCAN_REMAT"):
+        if remat:   # keep only the carry per iteration; the backward loop recomputes the rest
+            import jax
             step = jax.checkpoint(step, prevent_cse=False)
         c, ys = lax.scan(step, c0, xs_, length=length, reverse=reverse)
         return list(c) + list(ys)
 
-    spec = Spec("scan", (body.key, nc, nx, length, bool(reverse)), fn,
+    spec = Spec("scan", (body.key, nc, nx, length, bool(reverse), bool(remat)), fn,
                 carry_avals + [x._aval for x in xs] + list(body.ext_avals),
                 carry_avals + y_avals)
     operands = list(init) + list(xs) + body.ext_operands()
