@@ -37,7 +37,9 @@ def _xla_real_devices(devices):
 
 
 def _get_xla_tensor_dimension_size(t, dim):
-    return t.shape[dim]
+    """The size of `t`'s dimension `dim`, as upstream returns it: a 0-dim int32
+    tensor on t's device (shapes are static here, so it is a constant)."""
+    return torch.tensor(t.shape[dim], dtype=torch.int32, device=t.device)
 
 
 # -- graph dumps ---------------------------------------------------------------

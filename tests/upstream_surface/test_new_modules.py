@@ -227,3 +227,20 @@ def test_a_user_computation_made_again_compiles_once():
         torch_xla.sync()
     assert met.counter_value("UncachedCompile") == 1 and met.counter_value("CachedCompile") == 1
     torch.testing.assert_close(out[0].cpu(), (torch.sin(torch.tensor(10.0)) - torch.cos(torch.tensor(10.0))).abs())
+
+
+def test_private_runtime_functions_upstream_tests_call():
+    import torch
+    import torch_xla
+    import torch_xla.debug.metrics as met
+    x = torch.tensor((0, 1, 2, 0, 3, 4), device="xla")
+    n = torch_xla._XLAC._get_xla_tensor_dimension_size(torch.nonzero(x), 0)
+    assert n.dtype == torch.int32 and n.device.type == "xla" and n.item() == 4
+    revs = torch_xla._XLAC._get_git_revs()
+    assert revs["xla"] and revs["torch"] == torch.__version__
+    torch_xla._XLAC._init_xla_lazy_backend()
+    torch_xla._XLAC._init_xla_lazy_backend()
+    assert met.counter_value("RegisterXLAFunctions") <= 1
+    assert torch_xla._XLAC._unsafe_buffer_pointer(torch.ones(4, device="xla")) > 0
+    a, b = torch_xla._XLAC._xla_tensors_from_aten([torch.ones(2), torch.zeros(3)], ["xla:0", "xla:0"])
+    assert a.device.type == b.device.type == "xla" and b.shape == (3,)
