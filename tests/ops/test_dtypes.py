@@ -286,3 +286,14 @@ def test_default_storage_is_the_pytorch_dtype(dev):
         x = _make(dt).to(dev)
         arr = transfers.device_array(x)
         assert str(arr.dtype) == str(torch.empty(0, dtype=dt).numpy().dtype if dt != torch.bfloat16 else "bfloat16")
+
+
+def test_a_python_exponent_is_part_of_the_program():
+    # x ** 2 as x * x (XLA's integer_pow), not a general pow of a runtime value
+    import torch_xla
+    x = torch.randn(5)
+    y = x.to("xla") ** 2
+    assert "exponent=2" in torch_xla._XLAC._get_xla_tensors_text([y])
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([y])
+    assert "power(" not in hlo and "multiply(" in hlo
+    torch.testing.assert_close(y.cpu(), x ** 2)

@@ -113,3 +113,4 @@ def test_indexing_that_selects_nothing_checks_no_index(dev):
     i1 = torch.randint(0, 100, (5, 1, 1))
     got = x.to(dev)[:, i0.to(dev), :, i1.to(dev)]
     assert got.cpu().shape == x[:, i0, :, i1].shape
+

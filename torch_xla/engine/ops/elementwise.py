@@ -113,7 +113,11 @@ def _int_pow(a, b):
     return jnp.where(b < 0, neg, pos)
 
 
-@lower("pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar")
+# a Python exponent is part of the program, as upstream's constant: x ** 2 becomes
+# x * x (integer_pow) and x ** 0.5 a square root, instead of a general pow of a
+# runtime value; a loop that changes the exponent every step would recompile
+@lower("pow.Tensor_Scalar", static=("exponent",))
+@lower("pow.Tensor_Tensor", "pow.Scalar")
 def _pow(a, b):
     dt = _od()
     if isinstance(b, int) and not isinstance(b, bool) and (b >= 0 or _is_float(dt)):
