@@ -224,6 +224,12 @@ def test_metrics_helpers(tmp_path):
     assert any(k.endswith("__TotalSamples") for k in parsed), list(parsed)[:5]
     points = mcu.get_data_points_from_metrics_reports([report, report])
     assert all(len(v) == 2 for v in points.values())
+    # upstream's keys: byte amounts in megabytes (_mb), times in seconds (_sec), no rates
+    one = mcu.parse_metrics_report("Metric: In\n  TotalSamples: 3\n  Accumulator: 1.54MB\n  Rate: 2 / second\n"
+                                   "  Percentiles: 1%=393.00KB\nMetric: T\n  Accumulator: 01m29s615ms\n"
+                                   "Counter: C\n  Value: 40\n")
+    assert one == {"In__TotalSamples": 3.0, "In__Accumulator_mb": 1.54, "In__Percentile_1_mb": 0.393,
+                   "T__Accumulator_sec": 89.615, "C__Value": 40}
     path = tmp_path / "m.txt"
     metrics_saver.save_metrics(str(path))
     assert "Metric:" in path.read_text() or "Counter:" in path.read_text()
