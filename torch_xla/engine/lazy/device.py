@@ -220,13 +220,7 @@ def _factory_impl(func):
         node, e = trace_node(info, args, kwargs)
         return wrap(node, e)
 
-    from ..ops import checks
-    name = func.overloadpacket.__name__
-    if name in checks.CHECKS:
-        from .dispatch import checked
-        h = checked(func, name, lambda a, k: impl(*a, **k))
-        return lambda *args, **kwargs: h(args, kwargs)
-    return impl
+    return impl   # argument errors are explained in make_entry (ops/checks.py)
 
 
 def _trace_factory(info, args, kwargs):

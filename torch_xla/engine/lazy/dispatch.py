@@ -126,6 +126,14 @@ def _decomp_handler(func, decomp):
         if out is NotImplemented:  # the rule does not cover these arguments
             return fallback.run_on_cpu(func, args, kwargs)
         return out
+    h._untraced = True
+    return h
+
+
+def _composite(func):
+    def h(args, kwargs):
+        return func.decompose(*args, **kwargs)
+    h._untraced = True
     return h
 
 
@@ -308,11 +316,13 @@ def _inplace_view_handler(func, twin):
 
 def make_handler(func):
     # indexing ops also trace an "indices in range" flag (index_checks.py)
-    h = index_checks.wrap(func, _make_handler(func))
+    inner = _make_handler(func)
+    h = index_checks.wrap(func, inner)
     name = func.overloadpacket.__name__
-    if name not in checks.CHECKS and name.endswith("_") and name[:-1] in checks.CHECKS:
-        name = name[:-1]  # add_ is checked as add
-    if name in checks.CHECKS:
+    # ops traced through make_entry are diagnosed there, on a memo miss (the hot
+    # path pays nothing); decompositions and composites, which fail elsewhere,
+    # and the ops checked before they run, get a wrapper
+    if name in checks.ALWAYS or (name in checks.CHECKS and getattr(inner, "_untraced", False)):
         h = checked(func, name, h)
     return h
 
@@ -323,14 +333,9 @@ def checked(func, name, h):
     user's line goes in a note, so the message itself is upstream's."""
     def fail(args, kwargs, msg):
         from ..base.frames import where
-        from .tracing import describe_args
-        err = RuntimeError(msg)
+        from .tracing import describe_args, with_note
         note = f"[torch_xla] while tracing aten::{func.name().split('::')[-1]}{describe_args(args, kwargs)} at {where()}"
-        if hasattr(err, "add_note"):
-            err.add_note(note)
-        else:  # Python < 3.11
-            err = RuntimeError(f"{msg}\n  {note}")
-        return err
+        return with_note(RuntimeError(msg), note)
 
     if name in checks.ALWAYS:
         def run_always(args, kwargs):
@@ -385,5 +390,5 @@ def _make_handler(func):
     if decomp is not None:
         return _decomp_handler(func, decomp)
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        return lambda args, kwargs: func.decompose(*args, **kwargs)
+        return _composite(func)
     return fallback.handler(func)

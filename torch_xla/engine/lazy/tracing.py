@@ -15,6 +15,7 @@ from ..base.dtypes import to_jax
 from ..base.frames import where
 from ..ir import node as ir
 from ..ir.node import _scalar_cache
+from ..ops import checks
 from ..ops.context import ctx  # noqa: F401  (rules and handlers read it)
 from ..ops.op import OpEntry, OpInfo, Slot, apply_entry  # noqa: F401
 
@@ -47,6 +48,15 @@ _XLATensor = None  # set by tensor.py
 
 class DeviceMismatch(Exception):
     pass
+
+
+def with_note(err, note):
+    """err with `note` shown under its message (a note on Python >= 3.11, so
+    str(err) stays the message; appended to it before)."""
+    if hasattr(err, "add_note"):
+        err.add_note(note)
+        return err
+    return type(err)(f"{err}\n  {note}")
 
 
 class DimensionError(IndexError, RuntimeError):
@@ -253,9 +263,13 @@ def make_entry(info, key, args, kwargs):
             out = info.func(*margs, **mkw)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         msg = str(e)
+        note = f"[torch_xla] while tracing aten::{info.name}{describe_args(args, kwargs)} at {where()}"
+        upstream = checks.diagnose(info.func.overloadpacket.__name__, args, kwargs) if info.func is not None else None
+        if upstream is not None:   # upstream's words; the user's line as a note
+            raise with_note(RuntimeError(upstream), note) from None
         # a bad dimension is an IndexError in eager and a RuntimeError upstream: both
         cls = DimensionError if type(e) is IndexError else type(e)
-        raise cls(f"{msg}\n  [torch_xla] while tracing aten::{info.name}{describe_args(args, kwargs)} at {where()}") from None
+        raise cls(f"{msg}\n  {note}") from None
     avals, struct = _flatten_out(out)
     _check_size(info, avals, args, kwargs)
     e = OpEntry()

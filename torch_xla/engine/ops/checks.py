@@ -2,10 +2,12 @@
 
 A check is a small function registered for one or more aten ops (by overload
 packet name). It looks at the call's arguments (tensors only by shape and dtype)
-and returns upstream's message for what is wrong, or None. The dispatcher runs
-a check only after the op has failed (so a good call pays nothing), except for
-the ops listed with `always=True`, which PyTorch's meta kernels do not validate
-(`random_`, `uniform_`): there a missing check would be a silent wrong answer.
+and returns upstream's message for what is wrong, or None. A check runs only
+after the op has failed: tracing consults it when the meta kernel refuses a call
+(a memo miss, so a good call pays nothing), and the dispatcher wraps the ops that
+fail elsewhere (decompositions). The ops listed with `always=True`, which
+PyTorch's meta kernels do not validate (`random_`, `uniform_`), are checked
+before they run: there a missing check would be a silent wrong answer.
 """
 import torch
 
