@@ -224,6 +224,24 @@ def _mp_fn(index, out_path):
     except Exception:  # noqa: BLE001
         checks["functions.all_gather"] = "FAIL: " + traceback.format_exc()[-400:]
 
+    # -- functions.SyncBatchNorm: statistics of the global batch --------------------------------
+    try:
+        torch.manual_seed(3)
+        full = torch.rand(4 * n, 5, 3, 3)
+        sbn = xf.SyncBatchNorm(5).to(dev)
+        out = sbn(full[4 * r:4 * (r + 1)].to(dev))
+        (out * out).sum().backward()
+        xm.mark_step()
+        ref = torch.nn.BatchNorm2d(5)
+        ref_out = ref(full)
+        np.testing.assert_allclose(out.detach().cpu().numpy(), ref_out[4 * r:4 * (r + 1)].detach().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(sbn.running_mean.cpu().numpy(), ref.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(sbn.running_var.cpu().numpy(), ref.running_var.numpy(), rtol=1e-5, atol=1e-6)
+        checks["functions.SyncBatchNorm"] = "ok"
+    except Exception:  # noqa: BLE001
+        checks["functions.SyncBatchNorm"] = "FAIL: " + traceback.format_exc()[-400:]
+
     # -- host side: rendezvous, mesh_reduce, save, do_on_ordinals, runtime ------------------------
     try:
         got = xm.rendezvous("payloads", f"from-{r}".encode())
