@@ -244,3 +244,23 @@ def test_private_runtime_functions_upstream_tests_call():
     assert torch_xla._XLAC._unsafe_buffer_pointer(torch.ones(4, device="xla")) > 0
     a, b = torch_xla._XLAC._xla_tensors_from_aten([torch.ones(2), torch.zeros(3)], ["xla:0", "xla:0"])
     assert a.device.type == b.device.type == "xla" and b.shape == (3,)
+
+
+def test_flattened_input_func_and_xla_callable():
+    import torch
+    import torch_xla.core.xla_builder as xb
+    f = xb.FlattenedInputFunc(lambda d, l: {"s": d["a"]["b"] + l[2][1], "k": l[0]})
+    x, y = torch.ones(2), torch.full((2,), 3.0)
+    flat = f.preprocess(({"a": {"b": x}}, [7, 0, [0, y]]))
+    assert len(flat) == 2   # the tensors only; 7 and the zeros are kept aside
+    out = f.postprocess(f.flat_call(flat))
+    assert out["k"] == 7 and torch.equal(out["s"], x + y)
+
+    def sin_plus(a, b):
+        return xb.Op.sin(a) + b
+    call = xb.XlaCallable(sin_plus)
+    a, b = torch.randn(2, 2), torch.randn(2, 2)
+    for _ in range(2):   # the second call reuses the built computation
+        res = call(a.to("xla"), b.to("xla"))
+    torch.testing.assert_close(res.cpu(), torch.sin(a) + b)
+    assert len(call._cache) == 1

@@ -599,3 +599,70 @@ def create_placeholder_tensor(shape, dtype):
     but computing with it or reading it raises RuntimeError."""
     from torch_xla.engine import api
     return api.placeholder_tensor(tuple(shape), dtype)
+
+
+class FlattenedInputFunc:
+    """A function of nested arguments called through flat lists.
+
+    `preprocess(args, kwargs=None)` flattens the arguments (any pytree) and
+    returns their tensors; `flat_call(tensors)` puts them back into the
+    structure, with the other arguments of the last `preprocess` call, calls
+    the function and returns its output flattened; `postprocess(flat)` rebuilds
+    the output's structure. So that
+    `postprocess(flat_call(preprocess(args, kwargs))) == fn(*args, **kwargs)`."""
+
+    def __init__(self, orig_func):
+        self.orig_func = orig_func
+        self._in = None    # (treedef, leaves with None where tensors go)
+        self._out = None   # the output's treedef
+
+    def preprocess(self, args, kwargs=None):
+        from torch.utils._pytree import tree_flatten
+        leaves, spec = tree_flatten((tuple(args), dict(kwargs or {})))
+        self._in = (spec, [None if isinstance(x, torch.Tensor) else x for x in leaves])
+        return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+    def flat_call(self, flat_inputs):
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+        if self._in is None:
+            raise RuntimeError("FlattenedInputFunc: call preprocess() before flat_call()")
+        spec, statics = self._in
+        it = iter(flat_inputs)
+        leaves = [next(it) if s is None else s for s in statics]
+        args, kwargs = tree_unflatten(leaves, spec)
+        out_leaves, self._out = tree_flatten(self.orig_func(*args, **kwargs))
+        return out_leaves
+
+    def postprocess(self, flat_outputs):
+        from torch.utils._pytree import tree_unflatten
+        return tree_unflatten(list(flat_outputs), self._out)
+
+
+class XlaCallable:
+    """Calls a function written with the `Op` builder API on XLA tensors: the
+    first call with given input shapes and dtypes builds its computation, later
+    ones reuse it; each call is one node of the lazy graph."""
+
+    def __init__(self, xla_func):
+        self._flat = FlattenedInputFunc(xla_func)
+        self._cache = {}   # input signature -> (Computation, output treedef)
+
+    def __call__(self, *args, **kwargs):
+        from torch_xla import _XLAC
+        flat = self._flat.preprocess(args, kwargs)
+        key = (self._flat._in[0], tuple(repr(s) for s in self._flat._in[1]),
+               tuple((tuple(t.shape), t.dtype) for t in flat))
+        entry = self._cache.get(key)
+        if entry is None:
+            holder = {}
+
+            def build(*ops):
+                outs = self._flat.flat_call(list(ops))
+                holder["out"] = self._flat._out
+                return Op.tuple(outs)
+            comp = create_computation("xla::computation", build, [tensor_shape(t) for t in flat])
+            entry = self._cache[key] = [comp, holder]
+        comp, holder = entry
+        outs = _XLAC._xla_user_computation("xla::computation", flat, comp)
+        from torch.utils._pytree import tree_unflatten
+        return tree_unflatten(list(outs), holder["out"])
