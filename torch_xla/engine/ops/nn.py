@@ -620,3 +620,10 @@ def _multilabel_margin_loss_forward(x, target, reduction):
 @lower("multilabel_margin_loss_backward")
 def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
     return vjp_of(lambda a: _multilabel_margin(a, target, reduction)[0].astype(x.dtype), (x,), grad)[0]
+
+
+@lower("native_dropout_backward")
+def _native_dropout_backward(grad, mask, scale):
+    # one op (upstream's xla::native_dropout_backward), not a decomposed mul chain
+    dt = _od()
+    return grad.astype(dt) * mask.astype(dt) * jnp.asarray(scale, dt)
