@@ -52,11 +52,6 @@ def test_trainer_gpt2_four_processes_match_eager(tmp_path):
     _close(ours["losses"], ref["losses"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "nn.Module._apply re-creates each Parameter for a tensor type it cannot shallow-copy into "
-    "(our XLA tensors are a wrapper subclass), so a tied Parameter becomes two; keeping them "
-    "needs an engine change (XLATensor swappable by nn.Module._apply). transformers.Trainer "
-    "re-ties after its move on XLA (checked by the example)."))
 def test_gpt2_tied_weights_survive_to_xla():
     import torch
     import torch_xla
@@ -70,6 +65,33 @@ def test_gpt2_tied_weights_survive_to_xla():
     assert model.lm_head.weight.device.type == "xla"
     torch.testing.assert_close(model.lm_head.weight.cpu(), ref)
     assert sum(1 for _ in model.parameters()) == len({id(p) for p in model.parameters()})
+
+
+def test_module_to_xla_keeps_parameter_identity():
+    # nn.Module._apply swaps the device copy into each existing Parameter, as eager
+    # CUDA keeps them: ties, an optimizer built before the move, grads moved along
+    import torch
+    import torch.nn as nn
+    import torch_xla
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+    m = Tied()
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    before = m.emb.weight
+    m.emb.weight.grad = torch.ones(10, 4)
+    m.to(torch_xla.device())
+    assert m.emb.weight is before and m.head.weight is before
+    assert isinstance(before, nn.Parameter) and before.device.type == "xla" and before.grad.device.type == "xla"
+    assert opt.param_groups[0]["params"][0] is before
+    ref = m.emb.weight.detach().cpu().clone()
+    opt.step()
+    torch.testing.assert_close(m.head.weight.detach().cpu(), ref - 0.5)
 
 
 def test_accelerate_one_process_state():

@@ -59,8 +59,9 @@ def test_second_process_compiles_nothing(tmp_path):
     assert loss1 == loss2
     print(f"first step {first1:.3f}s -> {first2:.3f}s ({first1 / first2:.1f}x); "
           f"compile {comp1:.3f}s -> {comp2:.3f}s ({comp1 / comp2:.1f}x)")
-    assert comp1 / comp2 >= 5, (comp1, comp2)
-    assert first1 / first2 >= 2.5, (first1, first2)   # >= 5x on a quiet machine; CI shares its cores
+    # the hit/miss counts above are the assertion; speed ratios belong to benchmarks (a
+    # loaded machine made the first-step ratio 1.4x once, against >= 5x when quiet)
+    assert comp2 < comp1, (comp1, comp2)
 
     # XLA_PERSISTENT_CACHE_PATH (+ _READ_ONLY) does the same without code, and writes nothing
     before = sorted(os.listdir(cache))

@@ -100,6 +100,66 @@ def ensure_dynamo_registration():
         _register_with_dynamo()
 
 
+class _ModuleApplySwap:
+    """A class attribute that exists only when nn.Module._apply asks (through
+    is_traceable_wrapper_subclass) about an XLA tensor over device data."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        if obj is not None and _swappable(obj):
+            f = _module_apply_frame()
+            if f is not None and _original_swappable(f):
+                return _refuse_flatten
+        raise AttributeError(self.name)
+
+
+def _module_apply_frame():
+    code = _apply_code()
+    # __get__ <- hasattr <- (_has_traceable_wrapper_subclass_protocol <-)
+    # is_traceable_wrapper_subclass <- Module._apply
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            return None
+        if f.f_code is code:
+            return f
+        f = f.f_back
+    return None
+
+
+def _original_swappable(frame):
+    # swap_tensors refuses a tensor someone holds a weak reference to; then the
+    # Parameter is replaced as before (untied, but moved)
+    param = frame.f_locals.get("param")
+    # only a move onto the device (XLA to XLA keeps the usual path)
+    if param is None or type(param) is XLATensor or weakref.getweakrefcount(param):
+        return False
+    grad = param.grad
+    return grad is None or not weakref.getweakrefcount(grad)
+
+
+_APPLY_CODE = []
+_DATA_KIND = 0   # ir.node.DATA (this module imports no IR at load time)
+
+
+def _apply_code():
+    if not _APPLY_CODE:
+        _APPLY_CODE.append(torch.nn.Module._apply.__code__)
+    return _APPLY_CODE[0]
+
+
+def _swappable(t):
+    # a base over device data (a fresh upload): the Parameter made of it is a
+    # plain alias, with no weak reference that would stop swap_tensors
+    return getattr(t, "_xb", 1) is None and t._v[0].kind == _DATA_KIND
+
+
+def _refuse_flatten(*args, **kwargs):
+    raise TypeError("XLA tensors are not traceable wrapper subclasses")
+
+
 class XLATensor(torch.Tensor):
     # Python-level torch functions go straight to C++; all the work is in dispatch.
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -123,6 +183,16 @@ class XLATensor(torch.Tensor):
             return autograd_errors.defer(func, args, kwargs or {}, e)
 
     __torch_dispatch__ = classmethod(__torch_dispatch__)
+
+    # nn.Module._apply (model.to(xla)) replaces a Parameter it cannot shallow-copy
+    # into by a new one, which unties shared weights (GPT-2's lm_head and wte);
+    # for a tensor it takes for a traceable subclass it swaps the new content into
+    # the existing Parameter instead (torch.utils.swap_tensors), keeping identity
+    # and so ties, as eager CUDA does. These two attributes answer that question
+    # for _apply's own check only: every other caller (Dynamo, AOTAutograd, a
+    # type-level check) finds no such attribute.
+    __tensor_flatten__ = _ModuleApplySwap("__tensor_flatten__")
+    __tensor_unflatten__ = _ModuleApplySwap("__tensor_unflatten__")
 
     def __repr__(self, *, tensor_contents=None):
         from .transfers import to_cpu
@@ -211,6 +281,13 @@ def retire_pending(keep=None):
     else:
         pending[:] = keep
     _retired[0] += n - len(pending)
+
+
+def drop_last_pending(t):
+    """Forget t's pending entry when it is the latest one (O(1); counted as retired)."""
+    if pending and pending[-1]() is t:
+        pending.pop()
+        _retired[0] += 1
 
 
 def pending_total():

@@ -251,6 +251,11 @@ def assign(t, v, aval=None, fresh=False):
                 tensor.pending.append(tensor._ref(t))
         elif old[0].kind == ir.SCALAR and v[0].kind == ir.OP:
             tensor.pending.append(tensor._ref(t))
+        elif old[0].kind == ir.OP and v[0].kind == ir.DATA:
+            # an upload into a fresh `empty` (tensor.to("xla"), torch.tensor(...,
+            # device="xla")): nothing is pending any more; dropping its entry keeps
+            # the tensor free of weak references (nn.Module._apply may swap it)
+            tensor.drop_last_pending(t)
         return
     _check_no_overlap(t)
     # through the chain: parents[i] is the input of chain step i
