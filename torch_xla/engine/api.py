@@ -5,7 +5,7 @@ the engine (tests/test_layering.py checks it).
 Upstream's C++ `_XLAC` plays this role there: sync, graph capture and
 hashing, tensor introspection, the runtime's facts, the device generator.
 """
-from .base import config, events, metrics  # noqa: F401  (re-exported)
+from .base import config, events, frames, metrics  # noqa: F401  (re-exported)
 from .base.dtypes import JAX_TO_TORCH, NATURAL, to_jax, torch_to_numpy  # noqa: F401
 from .ir.graph import op_name  # noqa: F401
 from .ir.graph import xla_shape as xla_shape_text  # noqa: F401
@@ -60,15 +60,15 @@ def wait_device_ops():
 
 
 def push_scope(name):
-    return _mode.push_scope(name)
+    return frames.push_scope(name)
 
 
 def pop_scope(full):
-    _mode.pop_scope(full)
+    frames.pop_scope(full)
 
 
 def reset_scopes():
-    _mode.reset_scopes()
+    frames.reset_scopes()
 
 
 def add_step_closure(fn, args=()):

@@ -194,13 +194,14 @@ def _walk(value, select_fn, fn, rewrite, seen):
         seen[vid] = out
         return out
     if isinstance(value, (list, tuple, set, frozenset)):
-        out = [] if isinstance(value, list) else None
-        if rewrite and type(value) is list:
+        # a plain list is registered before its items, so a cycle through it ends in it
+        out = [] if rewrite and type(value) is list else None
+        if out is not None:
             seen[vid] = out
         items = [_walk(v, select_fn, fn, rewrite, seen) for v in value]
         if not rewrite:
             return value
-        if out is not None and type(value) is list:
+        if out is not None:
             out.extend(items)
         else:
             out = _rebuild_like(value, items)

@@ -79,7 +79,7 @@ def python_frames(skip_engine=True):
 _scope_state = threading.local()
 
 
-def scopes():
+def _scopes():
     st = getattr(_scope_state, "v", None)
     if st is None:
         st = _scope_state.v = {"stack": [], "next": 1}
@@ -90,3 +90,27 @@ def current_scope():
     """The innermost open scope's full name on this thread, or None."""
     st = getattr(_scope_state, "v", None)
     return st["stack"][-1] if st is not None and st["stack"] else None
+
+
+def push_scope(name):
+    """Open a named scope on this thread; -> its full name (`name.<n>`)."""
+    st = _scopes()
+    full = f"{name}.{st['next']}"
+    st["next"] += 1
+    st["stack"].append(full)
+    return full
+
+
+def pop_scope(full):
+    st = _scopes()["stack"]
+    if full in st:
+        del st[len(st) - 1 - st[::-1].index(full)]
+
+
+def reset_scopes():
+    """At a step marker: no scope may still be open (a step cannot end inside
+    a traced region); numbering starts again."""
+    st = _scopes()
+    if st["stack"]:
+        raise RuntimeError(f"Expecting scope to be empty but it is {st['stack'][-1]}")
+    st["next"] = 1

@@ -331,11 +331,10 @@ def checked(func, name, h):
     """Run `h`; when the call fails (or, for the ops checks.ALWAYS lists, before
     it runs) a registered check may explain the failure in upstream's words. The
     user's line goes in a note, so the message itself is upstream's."""
+    op = func.name().split("::")[-1]
+
     def fail(args, kwargs, msg):
-        from ..base.frames import where
-        from .tracing import describe_args, with_note
-        note = f"[torch_xla] while tracing aten::{func.name().split('::')[-1]}{describe_args(args, kwargs)} at {where()}"
-        return with_note(RuntimeError(msg), note)
+        return tracing.with_note(RuntimeError(msg), tracing.tracing_note(op, args, kwargs))
 
     if name in checks.ALWAYS:
         def run_always(args, kwargs):

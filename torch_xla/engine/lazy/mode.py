@@ -112,34 +112,3 @@ def unexpected_execution(graph, reason):
         "torch_xla.compile(full_graph=True): Unexpected execution happens inside the compiled "
         f"function, exiting{at}{why}. Something read a tensor's value (e.g. .item(), print, .cpu(), a "
         "CPU fallback op) before the function returned; move it out of the compiled function.")
-
-
-# ---------------------------------------------------------------------------
-# named scopes (xp.Trace): per thread, numbered from 1 after every step marker
-
-def _scopes():
-    return frames.scopes()
-
-
-def push_scope(name):
-    """Open a named scope on this thread; -> its full name (`name.<n>`)."""
-    st = _scopes()
-    full = f"{name}.{st['next']}"
-    st["next"] += 1
-    st["stack"].append(full)
-    return full
-
-
-def pop_scope(full):
-    st = _scopes()["stack"]
-    if full in st:
-        del st[len(st) - 1 - st[::-1].index(full)]
-
-
-def reset_scopes():
-    """At a step marker: no scope may still be open (a step cannot end inside
-    a traced region); numbering starts again."""
-    st = _scopes()
-    if st["stack"]:
-        raise RuntimeError(f"Expecting scope to be empty but it is {st['stack'][-1]}")
-    st["next"] = 1

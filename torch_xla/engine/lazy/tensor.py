@@ -116,7 +116,7 @@ class _ModuleApplySwap:
 
 
 def _module_apply_frame():
-    code = _apply_code()
+    code = _APPLY_CODE
     # __get__ <- hasattr <- (_has_traceable_wrapper_subclass_protocol <-)
     # is_traceable_wrapper_subclass <- Module._apply
     f = sys._getframe(2)
@@ -140,14 +140,8 @@ def _original_swappable(frame):
     return grad is None or not weakref.getweakrefcount(grad)
 
 
-_APPLY_CODE = []
+_APPLY_CODE = torch.nn.Module._apply.__code__
 _DATA_KIND = 0   # ir.node.DATA (this module imports no IR at load time)
-
-
-def _apply_code():
-    if not _APPLY_CODE:
-        _APPLY_CODE.append(torch.nn.Module._apply.__code__)
-    return _APPLY_CODE[0]
 
 
 def _swappable(t):

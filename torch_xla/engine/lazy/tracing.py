@@ -50,6 +50,11 @@ class DeviceMismatch(Exception):
     pass
 
 
+def tracing_note(name, args, kwargs):
+    """The user's line under an op's error: '[torch_xla] while tracing aten::op(args) at file:line'."""
+    return f"[torch_xla] while tracing aten::{name}{describe_args(args, kwargs)} at {where()}"
+
+
 def with_note(err, note):
     """err with `note` shown under its message (a note on Python >= 3.11, so
     str(err) stays the message; appended to it before)."""
@@ -64,7 +69,7 @@ class DimensionError(IndexError, RuntimeError):
     IndexError, upstream torch_xla RuntimeError; this is both."""
 
 
-def _walk(a, key, ops, hs, scalar, narrow=False):
+def _walk(a, key, ops, hs, scalar, fdt=None):
     t = type(a)
     if t is _XLATensor or t is ValueArg:
         key.append(a._aval)
@@ -76,7 +81,7 @@ def _walk(a, key, ops, hs, scalar, narrow=False):
             if t not in _SKEY:
                 a = (bool(a) if isinstance(a, bool) else int(a) if isinstance(a, int)
                      else float(a) if isinstance(a, float) else complex(a))
-            if narrow and type(a) is float:
+            if type(a) is float and fdt in _NARROW:
                 v = ir.scalar_value(a, "float32")
                 key.append(_SKEY_F32)
             else:
@@ -90,7 +95,7 @@ def _walk(a, key, ops, hs, scalar, narrow=False):
         key.append(t)
         key.append(len(a))
         for x in a:
-            _walk(x, key, ops, hs, scalar, narrow)
+            _walk(x, key, ops, hs, scalar, fdt)
     elif isinstance(a, torch.Tensor):
         if isinstance(a, _XLATensor):
             key.append(a._aval)
@@ -154,13 +159,12 @@ def walk_args(args, kwargs, info):
             ops.append(v)
             hs.append(v[0].hash)
         else:
-            _walk(a, key, ops, hs, i in sp, fdt in _NARROW)
+            _walk(a, key, ops, hs, i in sp, fdt)
     if kwargs:
         sk = info.scalar_kw
-        narrow = fdt in _NARROW
         for k, a in kwargs.items():
             key.append(k)
-            _walk(a, key, ops, hs, k in sk, narrow)
+            _walk(a, key, ops, hs, k in sk, fdt)
     return tuple(key), ops, hs
 
 
@@ -263,7 +267,7 @@ def make_entry(info, key, args, kwargs):
             out = info.func(*margs, **mkw)
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         msg = str(e)
-        note = f"[torch_xla] while tracing aten::{info.name}{describe_args(args, kwargs)} at {where()}"
+        note = tracing_note(info.name, args, kwargs)
         upstream = checks.diagnose(info.func.overloadpacket.__name__, args, kwargs) if info.func is not None else None
         if upstream is not None:   # upstream's words; the user's line as a note
             raise with_note(RuntimeError(upstream), note) from None
@@ -317,14 +321,9 @@ def _check_size(info, avals, args, kwargs):
     limit = platform.device_memory_bytes()
     if nbytes > limit:
         shapes = ", ".join(f"{_short_dtype(dt)}{list(shape)}" for shape, dt in avals)
-        err = RuntimeError(f"Error preparing computation: Out of memory allocating {nbytes} bytes.")
-        note = (f"[torch_xla] aten::{info.name} would produce {shapes}, more than the "
-                f"{limit} bytes the device holds, at {where()}")
-        if hasattr(err, "add_note"):
-            err.add_note(note)
-        else:  # Python < 3.11
-            err = RuntimeError(f"{err}\n  {note}")
-        raise err
+        raise with_note(RuntimeError(f"Error preparing computation: Out of memory allocating {nbytes} bytes."),
+                        f"[torch_xla] aten::{info.name} would produce {shapes}, more than the "
+                        f"{limit} bytes the device holds, at {where()}")
 
 
 def _short_dtype(dt):

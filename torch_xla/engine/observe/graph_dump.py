@@ -442,7 +442,7 @@ def tensors_report(tensors, nodes_threshold=100):
         n = len(g.order) + len(g.params) + len(g.scalars)
         if n <= nodes_threshold:
             continue
-        out.append(f"Tensor: id={id(t)}, shape={_node_shape_text_of(value)}, device={t.device}, ir_nodes={n}\n")
+        out.append(f"Tensor: id={id(t)}, shape={_node_shape(*value)}, device={t.device}, ir_nodes={n}\n")
         src = getattr(value[0], "src", None)
         if src is not None:
             fn, file, line = src
@@ -451,8 +451,3 @@ def tensors_report(tensors, nodes_threshold=100):
         out.append("\n\n")
     return "".join(out)
 
-
-def _node_shape_text_of(value):
-    node, i = value
-    shape, dtype = node.entry.out_avals[i] if node.kind == ir.OP else node.entry
-    return xla_shape(shape, dtype)
