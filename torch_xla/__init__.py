@@ -307,3 +307,6 @@ def __getattr__(name):
 # as upstream, `import torch_xla` makes torch_xla.core.xla_model reachable as an attribute
 # (mock.patch("torch_xla.core.xla_model") and `torch_xla.core.xla_model.foo` need it)
 from .core import xla_model as _xla_model  # noqa: E402,F401
+from ._patched_functions import _apply_patches  # noqa: E402
+
+_apply_patches()
