@@ -209,12 +209,15 @@ def _hlo_debug():
 
 
 def lower(values):
-    """jax Lowered for the graph computing `values` (abstract inputs: runs nothing)."""
+    """jax Lowered for the graph computing `values` (abstract inputs: runs nothing).
+    Lowered as a dump (`LoweringContext.dump`): collectives appear as HLO
+    collectives over their replica groups, as upstream prints them, also in a
+    process that is not part of a multi-process job."""
     import jax
     from ..base.dtypes import to_jax
     from ..runtime.platform import jax_platform
     g = _graph(values)
-    fn = g.build_fn(LoweringContext(jax_platform(), scope=op_scope if _hlo_debug() else None))
+    fn = g.build_fn(LoweringContext(jax_platform(), scope=op_scope if _hlo_debug() else None, dump=True))
     fn.__name__ = "IrToHlo"
     specs = g.input_specs(to_jax)
     for i, p in enumerate(g.params):   # sharded device data keeps its layout in the text

@@ -4,8 +4,11 @@ Each collective is an internal op whose lowering calls lax.psum / all_gather /
 psum_scatter / all_to_all / ppermute over the mesh axis of the job. The step
 graph that holds one is compiled by engine/job.py as a shard_map over the 1-D
 mesh of every process's device, where the lowering context binds that axis (`ctx.axis`).
-Outside it (the abstract check at tracing time, graph dumps) the lowerings
-return values of the right shape computed locally.
+Outside it the lowerings return values of the right shape computed locally
+(the abstract check at tracing time, a graph run by one process), except in a
+graph lowered to be printed (`ctx.dump`): there each collective is one HLO
+collective over its replica groups (`replica_groups={}` for every ordinal), as
+upstream prints it, through a primitive that is lowered and never run.
 
 `groups` (a partition of the ordinals into equal-size lists) are done by
 gathering over the whole axis and reducing / selecting the members of this
@@ -179,6 +182,8 @@ def _scaled(x, scale):
 
 def _all_reduce_lowering(xs, *, reduce_type, scale, groups):
     if not in_job():
+        if ctx.dump:
+            return [_scaled(y, scale) for y in _dump_all_reduce(list(xs), reduce_type, groups)]
         return [_scaled(x, scale) for x in xs]
     if groups is None and reduce_type == "sum" and all(x.dtype != jnp.bool_ for x in xs):
         return [_scaled(y, scale) for y in _psum(list(xs), ctx.axis)]  # one all-reduce
@@ -197,6 +202,8 @@ ALL_REDUCE = OpInfo("xla_all_reduce", None, _all_reduce_lowering, meta=_all_redu
 
 def _all_gather_lowering(x, *, dim, groups, count):
     if not in_job():
+        if ctx.dump:
+            return _dump("all_gather", [x], groups, dim=dim, count=count)[0]
         return jnp.concatenate([x] * count, axis=dim)
     if groups is None:
         return _all_gather(x, ctx.axis, axis=dim, tiled=True)
@@ -215,12 +222,33 @@ def _all_gather_meta(x, *, dim, groups, count):
 ALL_GATHER = OpInfo("xla_all_gather", None, _all_gather_lowering, meta=_all_gather_meta)
 
 
+# all_gather of several tensors in one collective (one node, many outputs)
+
+def _all_gather_coalesced_lowering(xs, *, dim, groups, count):
+    if not in_job() and ctx.dump:
+        return _dump("all_gather", list(xs), groups, dim=dim, count=count)
+    return [_all_gather_lowering(x, dim=dim, groups=groups, count=count) for x in xs]
+
+
+def _all_gather_coalesced_meta(xs, *, dim, groups, count):
+    return [_all_gather_meta(x, dim=dim, groups=groups, count=count) for x in xs]
+
+
+ALL_GATHER_COALESCED = OpInfo("xla_all_gather_coalesced", None, _all_gather_coalesced_lowering,
+                              meta=_all_gather_coalesced_meta)
+
+
 # ---------------------------------------------------------------------------
 # reduce_scatter (one tensor per node)
 
 def _reduce_scatter_lowering(x, *, reduce_type, scale, dim, shard_count, groups):
     size = x.shape[dim] // shard_count
     if not in_job():
+        if ctx.dump:
+            _check_reducible(reduce_type, x.dtype)
+            y, = _dump("reduce_scatter", [x], groups, reduce=_dump_reducer(reduce_type, x.dtype),
+                       dim=dim, count=shard_count)
+            return _scaled(y, scale)
         return _scaled(lax.slice_in_dim(x, 0, size, axis=dim), scale)
     if groups is None and reduce_type == "sum" and x.dtype != jnp.bool_:
         return _scaled(_psum_scatter(x, ctx.axis, scatter_dimension=dim, tiled=True), scale)
@@ -248,6 +276,10 @@ REDUCE_SCATTER = OpInfo("xla_reduce_scatter", None, _reduce_scatter_lowering, me
 def _all_to_all_lowering(x, *, split_dim, concat_dim, split_count, groups):
     chunk = x.shape[split_dim] // split_count
     if not in_job():
+        if ctx.dump:
+            # XLA's all-to-all names its group (empty replica groups do not convert)
+            groups = groups if groups is not None else (tuple(range(split_count)),)
+            return _dump("all_to_all", [x], groups, dim=split_dim, dim2=concat_dim, count=split_count)[0]
         piece = lax.slice_in_dim(x, 0, chunk, axis=split_dim)
         return jnp.concatenate([piece] * split_count, axis=concat_dim)
     if groups is None:
@@ -277,6 +309,8 @@ ALL_TO_ALL = OpInfo("xla_all_to_all", None, _all_to_all_lowering, meta=_all_to_a
 
 def _permute_lowering(x, *, pairs):
     if not in_job():
+        if ctx.dump:
+            return _dump("collective_permute", [x], None, pairs=tuple(tuple(p) for p in pairs))[0]
         return x
     return _ppermute(x, ctx.axis, perm=list(pairs))
 
@@ -293,6 +327,11 @@ COLLECTIVE_PERMUTE = OpInfo("xla_collective_permute", None, _permute_lowering, m
 
 def _broadcast_lowering(xs, *, root, groups):
     if not in_job():
+        if ctx.dump:  # upstream's form: root's values, zeros elsewhere, summed
+            me, = _dump("replica_id", [], None)
+            keep = me == jnp.asarray(root, me.dtype)
+            masked = [lax.select(jnp.broadcast_to(keep, x.shape), x, jnp.zeros(x.shape, x.dtype)) for x in xs]
+            return _dump_all_reduce(masked, "sum", groups)
         return list(xs)
     me = lax.axis_index(ctx.axis)
     out = []
@@ -313,8 +352,128 @@ def _broadcast_meta(xs, *, root, groups):
 COLLECTIVE_BROADCAST = OpInfo("xla_collective_broadcast", None, _broadcast_lowering, meta=_broadcast_meta)
 
 
-COLLECTIVE_OPS = frozenset([ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, COLLECTIVE_PERMUTE,
-                            COLLECTIVE_BROADCAST])
+COLLECTIVE_OPS = frozenset([ALL_REDUCE, ALL_GATHER, ALL_GATHER_COALESCED, REDUCE_SCATTER, ALL_TO_ALL,
+                            COLLECTIVE_PERMUTE, COLLECTIVE_BROADCAST])
+
+
+# ---------------------------------------------------------------------------
+# dumps: HLO collectives with explicit replica groups (lowered, never run)
+
+_DUMP_PRIM = None
+# reducer of each reduce type; bool tensors reduce with the logical ops
+_REDUCERS = {"sum": "add", "mul": "multiply", "max": "maximum", "min": "minimum", "and": "and", "or": "or"}
+_BOOL_REDUCERS = {"sum": "or", "mul": "and", "max": "or", "min": "and", "and": "and", "or": "or"}
+
+
+def _check_reducible(op, dtype):
+    if op in ("and", "or") and not (dtype == jnp.bool_ or jnp.issubdtype(dtype, jnp.integer)):
+        raise TypeError(f"REDUCE_{op.upper()} needs an integer or bool tensor, got {np.dtype(dtype)}")
+
+
+def _dump_reducer(op, dtype):
+    return (_BOOL_REDUCERS if dtype == jnp.bool_ else _REDUCERS)[op]
+
+
+def _dump_all_reduce(xs, op, groups):
+    """One HLO all-reduce per dtype among xs (a reduction region has one element type)."""
+    by_dtype = {}
+    for i, x in enumerate(xs):
+        _check_reducible(op, x.dtype)
+        by_dtype.setdefault(np.dtype(x.dtype), []).append(i)
+    out = [None] * len(xs)
+    for dt, idx in by_dtype.items():
+        ys = _dump("all_reduce", [xs[i] for i in idx], groups, reduce=_dump_reducer(op, dt))
+        for i, y in zip(idx, ys):
+            out[i] = y
+    return out
+
+
+def _dump(kind, xs, groups, reduce=None, dim=0, dim2=0, count=1, pairs=()):
+    """Bind the dump primitive: `kind` over xs with `groups` (None: every ordinal)."""
+    groups = () if groups is None else tuple(tuple(int(r) for r in g) for g in groups)
+    return _dump_primitive().bind(*xs, kind=kind, groups=groups, reduce=reduce, dim=dim, dim2=dim2,
+                                  count=count, pairs=pairs)
+
+
+def _dump_primitive():
+    global _DUMP_PRIM
+    if _DUMP_PRIM is None:
+        from jax.extend.core import Primitive
+        from jax.interpreters import mlir
+        prim = Primitive("xla_collective")
+        prim.multiple_results = True
+        prim.def_abstract_eval(_dump_abstract_eval)
+        mlir.register_lowering(prim, _dump_mlir_lowering)
+        _DUMP_PRIM = prim
+    return _DUMP_PRIM
+
+
+def _dump_out_shapes(shapes, kind, dim, dim2, count):
+    out = []
+    for shape in shapes:
+        shape = list(shape)
+        if kind == "all_gather":
+            shape[dim] *= count
+        elif kind == "reduce_scatter":
+            shape[dim] //= count
+        elif kind == "all_to_all":
+            shape[dim] //= count
+            shape[dim2] *= count
+        out.append(tuple(shape))
+    return out
+
+
+def _dump_abstract_eval(*avals, kind, groups, reduce, dim, dim2, count, pairs):
+    try:
+        from jax.core import ShapedArray
+    except ImportError:  # a JAX that keeps it private
+        from jax._src.core import ShapedArray
+    if kind == "replica_id":
+        return [ShapedArray((), np.uint32)]
+    shapes = _dump_out_shapes([a.shape for a in avals], kind, dim, dim2, count)
+    return [ShapedArray(s, a.dtype) for s, a in zip(shapes, avals)]
+
+
+def _dump_mlir_lowering(lctx, *xs, kind, groups, reduce, dim, dim2, count, pairs):
+    from jax.interpreters import mlir
+    from jaxlib.mlir.dialects import stablehlo as hlo
+    ir = mlir.ir
+
+    def tensor_type(shape, dtype):
+        return ir.RankedTensorType.get(list(shape), mlir.dtype_to_ir_type(np.dtype(dtype)))
+
+    def dense(rows, width):
+        a = np.asarray(rows, np.int64).reshape(len(rows), width) if rows else np.zeros((0, 0), np.int64)
+        return ir.DenseIntElementsAttr.get(np.ascontiguousarray(a))
+
+    if kind == "replica_id":
+        return [hlo.ReplicaIdOp().result]
+    avals = lctx.avals_in
+    out_types = [tensor_type(a.shape, a.dtype) for a in lctx.avals_out]
+    replica_groups = dense(groups, len(groups[0]) if groups else 0)
+    if kind == "all_gather":
+        return list(hlo.AllGatherOp(out_types, list(xs), all_gather_dim=mlir.i64_attr(dim),
+                                    replica_groups=replica_groups).results)
+    if kind == "all_to_all":
+        return list(hlo.AllToAllOp(list(xs), split_dimension=mlir.i64_attr(dim),
+                                   concat_dimension=mlir.i64_attr(dim2), split_count=mlir.i64_attr(count),
+                                   replica_groups=replica_groups).results)
+    if kind == "collective_permute":
+        return [hlo.CollectivePermuteOp(xs[0], source_target_pairs=dense(pairs, 2)).result]
+    if kind == "all_reduce":
+        op = hlo.AllReduceOp(out_types, list(xs), replica_groups=replica_groups)
+    elif kind == "reduce_scatter":
+        op = hlo.ReduceScatterOp(out_types[0], xs[0], scatter_dimension=mlir.i64_attr(dim),
+                                 replica_groups=replica_groups)
+    else:
+        raise ValueError(f"unknown collective {kind!r}")
+    scalar = tensor_type((), avals[0].dtype)
+    block = op.regions[0].blocks.append(scalar, scalar)
+    combine = {"add": hlo.AddOp, "multiply": hlo.MulOp, "maximum": hlo.MaxOp, "minimum": hlo.MinOp,
+               "and": hlo.AndOp, "or": hlo.OrOp}[reduce]
+    with ir.InsertionPoint(block):
+        hlo.ReturnOp([combine(*block.arguments).result])
+    return list(op.results)
 
 
 def describe(entry):

@@ -2,7 +2,8 @@
 
 A graph is replayed under one `LoweringContext` (the platform it compiles
 for, the collective mesh axis and its size in a multi-process program, a
-named-scope function for HLO metadata). `Graph.build_fn(ctx)` installs it
+named-scope function for HLO metadata, whether it is lowered only to be
+printed: `dump`). `Graph.build_fn(ctx)` installs it
 with `lowering(ctx)` while the rules run; rules read the installed values
 from `ctx` (`ctx.entry` is the OpEntry being lowered: the output avals
 PyTorch decided; `ctx.token` chains collectives within one graph).
@@ -13,13 +14,15 @@ import threading
 
 class LoweringContext:
     """Per-graph lowering state, handed to Graph.build_fn."""
-    __slots__ = ("platform", "axis", "size", "scope")
+    __slots__ = ("platform", "axis", "size", "scope", "dump")
 
-    def __init__(self, platform=None, axis=None, size=1, scope=None):
+    def __init__(self, platform=None, axis=None, size=1, scope=None, dump=False):
         self.platform = platform  # JAX platform name ('cpu', 'cuda', 'tpu'), None: any
         self.axis = axis          # mesh axis collectives reduce over (None: no job program)
         self.size = size          # participants on that axis
         self.scope = scope        # node -> jax.named_scope name, or None
+        self.dump = dump          # lowered to be printed, never run: collectives outside a
+        #                           job program emit HLO collectives with explicit replica groups
 
 
 class _Current(threading.local):
@@ -29,6 +32,7 @@ class _Current(threading.local):
     size = 1
     token = None
     scope = None
+    dump = False
 
 
 ctx = _Current()
@@ -37,9 +41,10 @@ ctx = _Current()
 @contextlib.contextmanager
 def lowering(c):
     """Run rules under LoweringContext `c` (restores the previous one after)."""
-    saved = (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope)
+    saved = (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump)
     ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope = c.platform, c.axis, c.size, None, c.scope
+    ctx.dump = c.dump
     try:
         yield ctx
     finally:
-        ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope = saved
+        ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump = saved
