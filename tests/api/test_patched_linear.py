@@ -1,5 +1,5 @@
 """XLAPatchedLinear / apply_xla_patch_to_nn_linear (torch_xla.distributed.spmd):
-nn.Linear through einsum, with the values and gradients of F.linear, and under
+nn.Linear as dot products over the last dims (no reshape to 2-D), with the values and gradients of F.linear, and under
 autocast a bf16 product in forward and backward."""
 import re
 
@@ -24,6 +24,16 @@ def test_values_and_gradients_match_linear(dev):
     want = _run(F.linear, "cpu", x0, w0, b0)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    cpu = _run(xs.XLAPatchedLinear.apply, "cpu", x0, w0, b0)  # einsum off the device
+    for a, b in zip(cpu, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_patched_3d_linear_keeps_its_dims(dev):
+    linear = torch.nn.Linear(2, 4, bias=False).to(dev)
+    xs.apply_xla_patch_to_nn_linear(linear)  # the module itself is a Linear
+    y = linear(torch.randn(4, 3, 2).to(dev))
+    assert "reshape" not in torch_xla._XLAC._get_xla_tensors_hlo([y])
 
 
 def test_autocast_runs_the_products_in_bf16(dev):
@@ -40,14 +50,15 @@ def test_autocast_runs_the_products_in_bf16(dev):
     assert linear.weight.grad.dtype == torch.float32
 
 
-def test_patch_swaps_every_linear_and_keeps_its_parameters(dev):
+def test_patch_reaches_every_linear_and_keeps_its_parameters(dev):
     m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
                             torch.nn.Sequential(torch.nn.Linear(4, 2, bias=False))).to(dev)
     x = torch.randn(6, 3).to(dev)
     before = m(x).cpu()
     params = [id(p) for p in m.parameters()]
     assert xs.apply_xla_patch_to_nn_linear(m) is m
-    assert isinstance(m[0], xs.EinsumLinear) and isinstance(m[2][0], xs.EinsumLinear)
+    assert m[0].forward.__func__ is xs.xla_patched_nn_linear_forward
+    assert m[2][0].forward.__func__ is xs.xla_patched_nn_linear_forward
     assert [id(p) for p in m.parameters()] == params      # the same Parameter objects
     torch.testing.assert_close(m(x).cpu(), before)
 

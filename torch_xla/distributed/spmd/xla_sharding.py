@@ -11,7 +11,10 @@ SPMD partitioner propagates.
 import collections
 import enum
 
+import types
+
 import numpy as np
+
 import torch
 
 import torch_xla.runtime as xr
@@ -420,17 +423,39 @@ def _autocast_wrappers():
 _fwd_autocast, _bwd_autocast = _autocast_wrappers()
 
 
+def _contract(a, b, dims_a, dims_b):
+    """a and b contracted over dims_a / dims_b as one XLA DotGeneral (torch's
+    einsum would flatten the free dims to 2-D with reshapes); einsum off the
+    device."""
+    if a.device.type != "xla":
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        sa = letters[:a.dim()]
+        sb = "".join(sa[dims_a[dims_b.index(i)]] if i in dims_b else letters[a.dim() + i]
+                     for i in range(b.dim()))
+        out = "".join(c for i, c in enumerate(sa) if i not in dims_a)
+        out += "".join(c for i, c in enumerate(sb) if i not in dims_b)
+        return torch.einsum(f"{sa},{sb}->{out}", a, b)
+    import jax
+    from torch_xla.core import xla_builder
+    dt = torch.promote_types(a.dtype, b.dtype)
+    precision = jax.lax.Precision.HIGHEST if dt == torch.float32 else None  # as aten.mm
+    return xla_builder.call_jax(
+        jax.lax.dot_general, (a.to(dt), b.to(dt)),
+        {"dimension_numbers": ((tuple(dims_a), tuple(dims_b)), ((), ())), "precision": precision},
+        name="xla_patched_linear")
+
+
 class XLAPatchedLinear(torch.autograd.Function):
-    """`torch.nn.functional.linear` written with einsum in forward and backward
-    (sharding annotations survive; no 2-D flattening). Under autocast its
-    inputs are cast to the autocast dtype and its backward runs in the same
-    precision as its forward."""
+    """`torch.nn.functional.linear` written as dot products over the last dims in
+    forward and backward (sharding annotations survive; no 2-D flattening).
+    Under autocast its inputs are cast to the autocast dtype and its backward
+    runs in the same precision as its forward."""
 
     @staticmethod
     @_fwd_autocast
     def forward(ctx, input, weight, bias=None):
         ctx.save_for_backward(input, weight, bias)
-        out = torch.einsum("...n,mn->...m", input, weight)
+        out = _contract(input, weight, [input.dim() - 1], [1])
         return out if bias is None else out + bias
 
     @staticmethod
@@ -438,8 +463,9 @@ class XLAPatchedLinear(torch.autograd.Function):
     def backward(ctx, grad_output):
         input, weight, bias = ctx.saved_tensors
         need = ctx.needs_input_grad
-        grad_input = torch.einsum("...m,mn->...n", grad_output, weight) if need[0] else None
-        grad_weight = torch.einsum("...m,...n->mn", grad_output, input) if need[1] else None
+        lead = list(range(grad_output.dim() - 1))
+        grad_input = _contract(grad_output, weight, [len(lead)], [0]) if need[0] else None
+        grad_weight = _contract(grad_output, input, lead, lead) if need[1] else None
         grad_bias = None
         if bias is not None and len(need) > 2 and need[2]:
             grad_bias = torch.einsum("...m->m", grad_output)
@@ -458,16 +484,18 @@ class EinsumLinear(torch.nn.Linear):
         return xla_patched_nn_linear_forward(self, input)
 
 
-def apply_xla_patch_to_nn_linear(module):
-    """Replace every `nn.Linear` below `module` by an EinsumLinear holding the same
-    parameters (the very Parameter objects); returns `module`."""
-    for name, child in module.named_children():
-        if isinstance(child, torch.nn.Linear) and not isinstance(child, EinsumLinear):
-            with torch.device("meta"):
-                new = EinsumLinear(child.in_features, child.out_features, bias=child.bias is not None)
-            new.load_state_dict(child.state_dict(keep_vars=True), strict=True, assign=True)
-            new.train(child.training)
-            setattr(module, name, new)
-        else:
-            apply_xla_patch_to_nn_linear(child)
+def apply_xla_patch_to_nn_linear(module, patched_function=xla_patched_nn_linear_forward):
+    """Make every `nn.Linear` in `module` (itself included) compute through
+    `patched_function(linear, input)` (default: XLAPatchedLinear), by replacing
+    the instance's `forward` (and the original forward `checkpoint_module`
+    keeps aside). A Linear whose forward was already replaced is left alone.
+    Returns `module`."""
+    for m in module.modules():
+        if isinstance(m, torch.nn.Linear):
+            for attr in ("forward", "_xla_checkpointed_forward_original"):
+                bound = getattr(m, attr, None)
+                if getattr(bound, "__func__", None) is not torch.nn.Linear.forward:
+                    continue
+                m._nn_linear_forward_original = bound
+                setattr(m, attr, types.MethodType(patched_function, m))
     return module
