@@ -76,16 +76,18 @@ def _node_shape_text(node):
 
 
 def _static_tags(entry):
-    """name=value tags for an op's static (non-tensor) arguments."""
+    """(name, value, is_scalar) for an op's static (non-tensor) arguments;
+    is_scalar: a number passed where the schema takes a `Scalar`, which upstream's
+    IR holds as a prim::Constant operand."""
     from ..ops.op import Slot
     tags = []
     info = entry.info
-    names = None
+    schema = None
     if info is not None and info.func is not None:
         try:
-            names = [a.name for a in info.func._schema.arguments]
+            schema = info.func._schema.arguments
         except Exception:  # noqa: BLE001
-            names = None
+            schema = None
 
     def has_slot(x):
         if type(x) is Slot:
@@ -94,15 +96,19 @@ def _static_tags(entry):
             return any(has_slot(y) for y in x)
         return False
 
+    def scalar(i, a):
+        return (schema is not None and i < len(schema) and str(schema[i].type) == "number"
+                and type(a) in (int, float, bool))
+
     for i, a in enumerate(entry.template):
         if has_slot(a) or a is None:
             continue
-        name = names[i] if names is not None and i < len(names) else f"arg{i}"
-        tags.append((name, _fmt_static(a)))
+        name = schema[i].name if schema is not None and i < len(schema) else f"arg{i}"
+        tags.append((name, _fmt_static(a), scalar(i, a)))
     for k, a in (entry.kwtemplate or {}).items():
         if has_slot(a) or a is None:
             continue
-        tags.append((k, _fmt_static(a)))
+        tags.append((k, _fmt_static(a), False))
     return tags
 
 
@@ -136,11 +142,22 @@ def _numbered(values):
 
 
 def to_text(values):
-    order, ids, roots = _numbered(values)
+    order, _, roots = _numbered(values)
     dev = _device_name()
     lines = ["IR {"]
+    # an op's Scalar arguments are prim::Constant operands, printed first as upstream does
+    tags = {id(n): _static_tags(n.entry) for n in order if n.kind == ir.OP}
+    consts = {}
+    for n in order:
+        for _, val, is_scalar in tags.get(id(n), ()):
+            if is_scalar:
+                const = f"{_node_shape_text(n).split('[')[0]}[]"
+                consts.setdefault(id(n), []).append(f"%{len(lines) - 1}")
+                lines.append(f"  %{len(lines) - 1} = {const} prim::Constant(), xla_shape={const}, value={val}")
+    ids = {}
     for n in order:
         shape = _node_shape_text(n)
+        ids[id(n)] = len(lines) - 1
         if n.kind == ir.OP:
             args = []
             for child, idx in n.operands:
@@ -148,13 +165,13 @@ def to_text(values):
                 if _n_outputs(child) > 1:
                     s += f".{idx}"
                 args.append(s)
+            args += consts.get(id(n), [])
             text = f"  %{ids[id(n)]} = {shape} {op_name(n.entry)}({', '.join(args)}), xla_shape={shape}"
-            for k, val in _static_tags(n.entry):
-                text += f", {k}={val}"
-        elif n.kind == ir.DATA:
-            text = f"  %{ids[id(n)]} = {shape} xla::device_data(), xla_shape={shape}, device={dev}"
+            text += "".join(f", {k}={val}" for k, val, is_scalar in tags[id(n)] if not is_scalar)
         else:
-            text = f"  %{ids[id(n)]} = {shape} xla::device_data(), xla_shape={shape}, device={dev}, scalar={n.data!r}"
+            text = f"  %{ids[id(n)]} = {shape} xla::device_data(), xla_shape={shape}, device={dev}"
+            if n.kind != ir.DATA:
+                text += f", scalar={n.data!r}"
         loc = node_location(n)
         if loc:
             text += f", location={loc}"
@@ -174,7 +191,7 @@ def to_dot(values):
     for n in order:
         if n.kind == ir.OP:
             label = f"{op_name(n.entry)}\\n{_node_shape_text(n)}"
-            for k, val in _static_tags(n.entry):
+            for k, val, _ in _static_tags(n.entry):
                 val = val if len(val) < 64 else val[:64] + "..."
                 label += f"\\n{k}={val}"
         else:
