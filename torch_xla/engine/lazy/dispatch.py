@@ -112,6 +112,7 @@ def _functional_handler(info):
         e = memo.get(key)
         if e is None:
             e = memo[key] = make_entry(info, key, args, kwargs)
+        info.traced += 1
         hs.append(e.hash)
         node = Node(OP, e, tuple(ops), hash(tuple(hs)))
         if e.out_struct is None:

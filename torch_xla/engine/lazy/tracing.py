@@ -418,6 +418,7 @@ def trace_node(info, args, kwargs):
     e = info.memo.get(key)
     if e is None:
         e = info.memo[key] = make_entry(info, key, args, kwargs)
+    info.traced += 1
     hs.append(e.hash)
     return _Node(_OP, e, tuple(ops), hash(tuple(hs))), e
 

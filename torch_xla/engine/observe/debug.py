@@ -23,11 +23,9 @@ import os
 import sys
 import threading
 import time
-import weakref
 
 from ..base import config, events, frames
 from ..base import metrics as _metrics
-from ..compile import cache as _cache
 from ..ir.graph import op_name, xla_shape
 from ..ir.node import DATA
 from ..lazy import mode
@@ -217,21 +215,11 @@ def _on_compiled(graph, executable, reason):
     metrics = _metrics
     metrics.value_metric("TensorsGraphSize", len(graph.order))
     metrics.value_metric("InputOutputAliasCount", len(executable.donated or ()))
-    counts = collections.Counter()
-    for n in graph.order:
-        counts["xla::" + op_name(n.entry).split("::", 1)[1]] += 1
-    key = id(executable)
-    _op_counts[key] = tuple(counts.items())
-    # forget it when the compile cache lets the executable go (holding it here
-    # kept every evicted executable's JIT code mapped until the process ran out)
-    weakref.finalize(executable, _forget, key)
     if LEVEL >= 1 and _IS_MASTER and not _eager_now():
         _emit(_post_compilation(executable.compiled))
 
 
 def _on_executed(graph, executable, reason):
-    key = id(executable)
-    _exec_pending[key] = _exec_pending.get(key, 0) + 1
     save_to = config.get("XLA_SAVE_TENSORS_FILE")
     if not (LEVEL >= 2 or save_to):
         return
@@ -338,37 +326,20 @@ def _eager_now():
 
 
 # ---------------------------------------------------------------------------
-# per-op counters (xla::<op>), counted per executed graph, flushed lazily
-
-_op_counts = {}      # id(executable) -> ((counter name, count), ...)
-_exec_pending = {}   # id(executable) -> runs not yet added to the counters
-_dead = collections.deque()   # (runs, op counts) of executables gone since the last flush
-
-
-def _forget(key):
-    # a weakref finalizer: may run inside any allocation, so it takes no lock
-    n = _exec_pending.pop(key, 0)
-    counts = _op_counts.pop(key, ())
-    if n and counts:
-        _dead.append((n, counts))
-
+# per-op counters (xla::<op>): the nodes traced per op, as upstream counts them
+# (a replayed or cached step traces nothing and counts nothing); tracing bumps
+# OpInfo.traced, and a read of the metrics moves the counts here
 
 def flush_op_counters():
-    global _exec_pending
-    if not _exec_pending and not _dead:
-        return
-    metrics = _metrics
-    with _cache.lock:  # executions add to _exec_pending under this lock
-        taken, _exec_pending = _exec_pending, {}   # a swap: a finalizer may pop meanwhile
-    pending = [(n, _op_counts.get(k, ())) for k, n in taken.items()]
-    while _dead:
-        pending.append(_dead.popleft())
-    total = collections.Counter()
-    for n, counts in pending:
-        for name, c in counts:
-            total[name] += c * n
-    if total:
-        metrics.add_counts(total.items())
+    from ..ops.op import ALL_INFOS
+    counts = collections.Counter()
+    for info in ALL_INFOS:
+        n = info.traced
+        if n:
+            info.traced -= n  # not `= 0`: a trace in another thread may have added one
+            counts["xla::" + info.name.split(".", 1)[0]] += n
+    if counts:
+        _metrics.add_counts(counts.items())
 
 
 # ---------------------------------------------------------------------------

@@ -28,11 +28,19 @@ class OpEntry:
         return self.out_avals[i][0]
 
 
+# every OpInfo made: the xla::<op> counters read their `traced` counts at a metrics flush
+ALL_INFOS = []
+
+
 class OpInfo:
-    """Per-op facts, made once per aten overload (or internal op)."""
-    __slots__ = ("name", "func", "lowering", "scalar_pos", "scalar_kw", "memo", "meta", "check")
+    """Per-op facts, made once per aten overload (or internal op). `traced`
+    counts the nodes traced since the counters were last read (upstream's
+    xla::<op> counters count traced IR nodes, not executions)."""
+    __slots__ = ("name", "func", "lowering", "scalar_pos", "scalar_kw", "memo", "meta", "check", "traced")
 
     def __init__(self, name, func, lowering, meta=None):
+        self.traced = 0
+        ALL_INFOS.append(self)
         self.name = name
         self.func = func
         self.lowering = lowering
