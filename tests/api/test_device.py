@@ -149,6 +149,15 @@ def test_torch_save_restores_on_the_xla_device(dev, tmp_path):
     assert b.cpu().tolist() == [0, 2, 4, 6]
 
 
+def test_a_pickled_path_loads_with_weights_only(tmp_path):
+    # Lightning's XLA strategies broadcast a checkpoint's Path through torch.save /
+    # a bare torch.load (weights_only by default since torch 2.6)
+    buf = io.BytesIO()
+    torch.save({"path": tmp_path / "ckpt", "step": 2}, buf)
+    buf.seek(0)
+    assert torch.load(buf) == {"path": tmp_path / "ckpt", "step": 2}
+
+
 def test_deepcopy(dev):
     m = torch.nn.Linear(3, 2).to(dev)
     m2 = copy.deepcopy(m)

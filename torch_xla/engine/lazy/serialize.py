@@ -9,6 +9,7 @@ time torch hands that tag to `_restore` unless `map_location` replaced it, and
 `rebuild` moves the tensor to the device only when it was restored with an
 `xla` tag.
 """
+import pathlib
 import weakref
 
 import torch
@@ -82,3 +83,7 @@ def install():
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:   # weights_only=True loads them
         add([rebuild, rebuild_empty])
+        # and file paths: Lightning's XLA strategies broadcast pickled objects (a
+        # checkpoint's Path among them) and read them back with a bare torch.load,
+        # which weights_only refuses for a Path; building one runs no code
+        add([pathlib.PosixPath, pathlib.PurePosixPath, pathlib.PureWindowsPath])
