@@ -105,10 +105,11 @@ def _static_tags(entry):
             continue
         name = schema[i].name if schema is not None and i < len(schema) else f"arg{i}"
         tags.append((name, _fmt_static(a), scalar(i, a)))
+    by_name = {arg.name: i for i, arg in enumerate(schema or ())}
     for k, a in (entry.kwtemplate or {}).items():
         if has_slot(a) or a is None:
             continue
-        tags.append((k, _fmt_static(a), False))
+        tags.append((k, _fmt_static(a), k in by_name and scalar(by_name[k], a)))
     return tags
 
 
