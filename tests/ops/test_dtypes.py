@@ -280,6 +280,29 @@ def test_storage_env_vars():
     assert float(r["lin"]) < 0.05
 
 
+_LONG_SCRIPT = textwrap.dedent("""
+    import os, torch, torch_xla
+    from torch_xla.engine.lazy import transfers
+    dev = torch_xla.device()
+    x = torch.ones(3, device=dev) * 2          # floats first: no 64-bit integer seen yet
+    os.environ["XLA_USE_32BIT_LONG"] = "1"      # read when the first int64 reaches the device
+    i = torch.tensor([2, 3], dtype=torch.int64).to(dev)
+    j = i * 3 + torch.arange(2, device=dev)
+    print(i.dtype, j.dtype, transfers.device_array(i).dtype, transfers.device_array(j).dtype,
+          j.cpu().dtype, j.cpu().tolist(), (x[i - 2]).cpu().tolist())
+""")
+
+
+def test_32bit_long_is_read_at_the_first_int64_use():
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_USE_32BIT_LONG", None)
+    p = subprocess.run([sys.executable, "-c", _LONG_SCRIPT], env=env, capture_output=True, text=True,
+                       timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["torch.int64", "torch.int64", "int32", "int32", "torch.int64",
+                                "[6,", "10]", "[2.0,", "2.0]"]
+
+
 def test_default_storage_is_the_pytorch_dtype(dev):
     from torch_xla.engine.lazy import transfers
     for dt in DTYPES:

@@ -43,6 +43,33 @@ def _env(name):
     return config.flag(name)
 
 
+class _StorageTypes(dict):
+    """TORCH_TO_JAX. The 64-bit integer types are decided at their first device use:
+    XLA_USE_32BIT_LONG=1 stores them as 32-bit (upstream also reads it when it
+    first maps such a type, not at import)."""
+
+    def __missing__(self, dt):
+        longs = _LONGS.get(dt)
+        if longs is None:
+            raise KeyError(dt)
+        narrow = _env("XLA_USE_32BIT_LONG")
+        for t, (wide, narrowed) in _LONGS.items():
+            self[t] = narrowed if narrow else wide
+        return self[dt]
+
+    def get(self, dt, default=None):
+        try:
+            return self[dt]
+        except KeyError:
+            return default
+
+
+_LONGS = {t: (TORCH_TO_JAX.pop(t), jnp.dtype(n))
+          for t, n in ((torch.int64, jnp.int32), (getattr(torch, "uint64", None), jnp.uint32))
+          if t in TORCH_TO_JAX}
+TORCH_TO_JAX = _StorageTypes(TORCH_TO_JAX)
+
+
 USE_BF16 = DOWNCAST_BF16 = USE_FP16 = DOWNCAST_FP16 = STORAGE_NARROWED = False
 _settled = []
 
@@ -69,7 +96,7 @@ def settle():
     elif DOWNCAST_FP16:
         TORCH_TO_JAX[torch.float32] = jnp.dtype(jnp.float16)
         TORCH_TO_JAX[torch.float64] = jnp.dtype(jnp.float32)
-    STORAGE_NARROWED = any(TORCH_TO_JAX[k] != NATURAL[k] for k in NATURAL)
+    STORAGE_NARROWED = any(TORCH_TO_JAX[k] != NATURAL[k] for k in NATURAL if k in TORCH_TO_JAX)
 
 
 # numpy dtypes torch.from_numpy cannot take are moved as same-width ints
