@@ -1,30 +1,91 @@
-"""Core benchmark: tracing cost and cached training-step time, side by side.
+"""Core benchmark: tracing cost, per-step tracing, cached training-step time and
+compile time, side by side (project issue 15).
 
 Competitors in one run (this machine is noisy; the ratios are what count):
   * torch_xla (this project): lazy tracing + cached XLA executable
   * pure JAX: the same model as jax.jit(jax.value_and_grad(...)) + SGD momentum
   * eager PyTorch on the CPU
-  * upstream torch_xla 2.9, when UPSTREAM_PYTHON names a Python that has it
-    (its numbers come from a subprocess running benchmarks/_upstream_worker.py)
+  * upstream torch_xla 2.9, when UPSTREAM_PYTHON names a Python that has it: its
+    numbers come from subprocesses running benchmarks/_upstream_worker.py, which
+    calls the very functions of this file (same step function, same batch sizes,
+    same number of steps) under upstream's torch_xla.
 
-Usage: python benchmarks/bench_core.py [--steps N] [--quick]
+Models (SGD momentum, lr 0.01, momentum 0.9, for every competitor):
+  * MLP 4x512, batch 256            _models.torch_mlp / jax_mlp
+  * MNIST CNN, batch 64             _models.torch_mnist / jax_mnist
+  * GPT 2x128, seq 64, batch 8      _models.torch_gpt(blocks="explicit") / the
+    loss of _models.jax_gpt with SGD momentum (jax_gpt's own step is AdamW, so
+    the JAX step is built here from its loss: the same decoder, batch-first
+    blocks, tied head, token cross-entropy)
+
+Sections:
+  [tracing]            3,000-op scalar chain, graph cached: Python time per traced op.
+  [per-step tracing]   one training step's Python time, from its first op to the
+                       return of xm.mark_step() (the graph is dispatched, not waited
+                       for); before each measured step the previous step's execution
+                       was waited for, so no device time is in it. Median of R steps.
+  [cached step]        steady state: N steps back to back, one wait at the end,
+                       best of 3 such runs.
+  [compile]            time from a new graph to its first result. Each model and
+                       each side runs in a FRESH subprocess: in one process, the
+                       earlier sections would already have compiled the models' graphs
+                       and the small graphs they share (optimizer updates, zero
+                       fills), and warmed JAX's per-primitive lowering, so the numbers
+                       would be contaminated. Each subprocess first runs an unrelated
+                       tiny graph (so the runtime's one-time start-up is not counted),
+                       then times the first training step (trace + compile + execute +
+                       wait) and the second (a new graph again for torch: the SGD
+                       momentum buffers exist from then on), then the steady step.
+                       No persistent cache on either side: ours runs without
+                       XLA_PERSISTENT_CACHE_PATH / JAX_COMPILATION_CACHE_DIR (removed
+                       from its environment, and checked), upstream never calls
+                       xr.initialize_cache. "compile" = first + second - 2 x steady
+                       (for pure JAX, also measured in its own fresh process as a
+                       reference, the second step is already cached). The
+                       CompileTime column is each torch_xla's own metric.
+  [index checks]       deferred in-graph index checks on vs off (ours only).
+  [memory]             RSS over many cached MLP steps (not with --quick; once, after
+                       the runs).
+
+Usage:
+    [UPSTREAM_PYTHON=/path/to/python] python benchmarks/bench_core.py [--steps N] [--runs N] [--quick]
+
+--runs N repeats every timed section N times (each run's tables are printed) and
+then prints the per-value median over the runs (ratios are of those medians).
+--quick (the test's mode): 8 steps in one timed run per competitor, per-step
+tracing over 5 steps, 4 index-check blocks, no RSS run. The eager CPU competitor
+runs with torch's default thread count; on a loaded machine its OpenMP threads
+suffer most, so read its column with the load average in the header.
 """
 import argparse
+import datetime
 import gc
 import json
 import os
-
+import platform
 import statistics
 import subprocess
 import sys
 import time
 
-import numpy as np
+import numpy as np  # noqa: F401  (the models need it; fail early if missing)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _models import jax_mlp, jax_mnist, torch_gpt, torch_mlp, torch_mnist  # noqa: E402
+
+MODELS = (("mlp", 256, "MLP 4x512, batch 256"),
+          ("mnist", 64, "MNIST CNN, batch 64"),
+          ("gpt", 8, "GPT 2x128, seq 64, batch 8"))
+NAMES = {k: name for k, _, name in MODELS}
+
+TARGET_TRACE_US = 6.0        # tracing, us/op on the scalar chain
+TARGET_STEP_TRACE = 0.75     # per-step tracing, ours / upstream
+TARGET_STEP_JAX = 1.05       # cached step, ours / pure JAX
+
+# the environment variables that would turn on a persistent compilation cache
+CACHE_VARS = ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "JAX_COMPILATION_CACHE_DIR")
 
 
 def timeit(step, n, warmup=3, sync=lambda: None, reps=3):
@@ -41,6 +102,21 @@ def timeit(step, n, warmup=3, sync=lambda: None, reps=3):
         sync()
         best = min(best, (time.perf_counter() - t0) / n)
     return best
+
+
+def step_tracing(step, sync, reps):
+    """Python time of one step (its ops traced and its graph dispatched by
+    mark_step, not waited for), the previous step's execution waited for
+    before each: median seconds."""
+    step()
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    sync()
+    return statistics.median(times)
 
 
 def bench_tracing(n_ops=3000, reps=10):
@@ -72,10 +148,14 @@ def bench_tracing(n_ops=3000, reps=10):
     return statistics.median(trace) * 1e6, statistics.median(total) * 1e6
 
 
-def _torch_step(kind, batch, on_xla):
-    """One SGD-momentum training step of the PyTorch model, eager CPU or XLA."""
+def _torch_step(kind, batch, on_xla, gpt_blocks="explicit"):
+    """One SGD-momentum training step of the PyTorch model, eager CPU or XLA
+    (then ending in xm.mark_step()). Runs under upstream torch_xla too."""
     import torch
-    model, data, target, loss_fn = {"mlp": torch_mlp, "mnist": torch_mnist, "gpt": torch_gpt}[kind](batch)
+    if kind == "gpt":
+        model, data, target, loss_fn = torch_gpt(batch, blocks=gpt_blocks)
+    else:
+        model, data, target, loss_fn = {"mlp": torch_mlp, "mnist": torch_mnist}[kind](batch)
     barrier = lambda: None  # noqa: E731
     if on_xla:
         import torch_xla
@@ -92,18 +172,17 @@ def _torch_step(kind, batch, on_xla):
     return step
 
 
-def bench_torch_xla_step(kind, batch, steps):
-    import torch_xla.core.xla_model as xm
-    return timeit(_torch_step(kind, batch, True), steps, sync=xm.wait_device_ops)
-
-
-def bench_eager_step(kind, batch, steps):
-    return timeit(_torch_step(kind, batch, False), steps)
-
-
-def bench_jax_step(kind, batch, steps):
+def _jax_step(kind, batch):
+    """The pure-JAX SGD-momentum step of the same model: (step(), sync())."""
     import jax
-    step_fn, state = (jax_mlp if kind == "mlp" else jax_mnist)(batch)
+    from _models import _sgd_momentum, jax_gpt
+    if kind == "gpt":
+        # jax_gpt's own step is AdamW: take its loss and state, train with SGD momentum
+        _, (params, _m, _v, _t, idx, tgt), loss_fn = jax_gpt(batch, with_loss=True)
+        step_fn = _sgd_momentum(loss_fn)
+        state = (params, jax.tree_util.tree_map(lambda a: a * 0, params), idx, tgt)
+    else:
+        step_fn, state = (jax_mlp if kind == "mlp" else jax_mnist)(batch)
     holder = {"s": state}
 
     def step():
@@ -111,9 +190,150 @@ def bench_jax_step(kind, batch, steps):
 
     def sync():
         jax.block_until_ready(holder["s"])
+    return step, sync
 
-    return timeit(step, steps, sync=sync)
 
+def bench_model_xla(kind, batch, steps, trace_reps, reps=3):
+    """torch_xla (ours, or upstream in the worker): cached step and per-step tracing."""
+    import torch_xla.core.xla_model as xm
+    step = _torch_step(kind, batch, True)
+    cached = timeit(step, steps, sync=xm.wait_device_ops, reps=reps)
+    return {"step": cached, "trace": step_tracing(step, xm.wait_device_ops, trace_reps)}
+
+
+def bench_jax_step(kind, batch, steps, reps=3):
+    step, sync = _jax_step(kind, batch)
+    return timeit(step, steps, sync=sync, reps=reps)
+
+
+def bench_eager_step(kind, batch, steps, reps=3):
+    return timeit(_torch_step(kind, batch, False), steps, reps=reps)
+
+
+def _warm_up_runtime():
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    x = torch.ones(8, device=torch_xla.device())
+    (x * 3 + 1).sum().item()
+    xm.wait_device_ops()
+
+
+def compile_point(side, kind, batch, steps):
+    """Meant for a fresh process: the first and second step of a new model's
+    training (trace + compile + execute + wait), then its steady step. side:
+    "xla" (whichever torch_xla this Python imports) or "jax"."""
+    out = {}
+    if side == "jax":
+        import jax
+        import jax.numpy as jnp
+        # as in the main process, where importing torch_xla turned it on
+        jax.config.update("jax_enable_x64", True)
+        jax.jit(lambda x: (x * 3 + 1).sum())(jnp.ones(8, jnp.float32)).block_until_ready()
+        step, sync = _jax_step(kind, batch)
+        out["cache_dir"] = jax.config.jax_compilation_cache_dir
+    else:
+        import torch_xla.core.xla_model as xm
+        import torch_xla.debug.metrics as met
+        _warm_up_runtime()
+        step, sync = _torch_step(kind, batch, True), xm.wait_device_ops
+        met.clear_all()
+        # this project runs on JAX: its on-disk cache would be JAX's (upstream: none asked for)
+        jax = sys.modules.get("jax")
+        out["cache_dir"] = jax.config.jax_compilation_cache_dir if jax else None
+    t0 = time.perf_counter()
+    step()
+    sync()
+    t1 = time.perf_counter()
+    step()
+    sync()
+    t2 = time.perf_counter()
+    out.update(first=t1 - t0, second=t2 - t1)
+    if side != "jax":
+        data = met.metric_data("CompileTime")
+        out["graphs"], out["compile_metric"] = (int(data[0]), data[1] / 1e9) if data else (0, 0.0)
+    out["steady"] = timeit(step, steps, warmup=1, sync=sync)
+    return out
+
+
+def versions_here():
+    import jax
+    import torch
+    import torch_xla
+    return {"torch": torch.__version__, "jax": jax.__version__, "torch_xla": torch_xla.__version__}
+
+
+# ---------------------------------------------------------------- subprocesses
+
+def _run_json(cmd, env, timeout):
+    """Runs cmd; -> the last JSON object line it printed, or {"error": ...}."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout}s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    return json.loads(lines[-1])
+
+
+def _clean_env(upstream=False):
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
+    if upstream:
+        env.pop("PYTHONPATH", None)   # this project's torch_xla must not shadow upstream's
+        env.setdefault("PJRT_DEVICE", "CPU")
+    return env
+
+
+def upstream_python():
+    return os.environ.get("UPSTREAM_PYTHON") or None
+
+
+def upstream_versions(py):
+    code = ("import importlib.metadata as m, json, sys; print(json.dumps({'torch': m.version('torch'), "
+            "'torch_xla': m.version('torch_xla'), 'python': sys.version.split()[0]}))")
+    return _run_json([py, "-c", code], _clean_env(True), 120)
+
+
+def upstream(args, timeout=1800):
+    py = upstream_python()
+    if not py:
+        return None
+    res = _run_json([py, os.path.join(HERE, "_upstream_worker.py"), json.dumps(args)], _clean_env(True), timeout)
+    if "error" in res:
+        print(f"  (upstream torch_xla run failed: {res['error']})", flush=True)
+        return None
+    return res
+
+
+def compile_subprocess(side, kind, batch, steps):
+    args = {"mode": "compile", "side": "xla" if side == "upstream" else side,
+            "kind": kind, "batch": batch, "steps": steps}
+    if side == "upstream":
+        return upstream(args, timeout=900)
+    res = _run_json([sys.executable, os.path.abspath(__file__), "--point", json.dumps(args)], _clean_env(), 900)
+    if "error" in res:
+        print(f"  ({side} compile point for {kind} failed: {res['error']})", flush=True)
+        return None
+    return res
+
+
+def worker_main(args):
+    """The measurements a subprocess makes (for upstream via _upstream_worker.py,
+    or a compile point of ours / JAX): -> a JSON-able dict."""
+    if args.get("mode") == "compile":
+        return compile_point(args["side"], args["kind"], args["batch"], args["steps"])
+    import torch
+    import torch_xla
+    out = {"versions": {"torch": torch.__version__, "torch_xla": torch_xla.__version__,
+                        "torch_xla_path": os.path.dirname(torch_xla.__file__)}}
+    out["per_op"], out["per_op_total"] = bench_tracing()
+    for kind, batch in args["models"]:
+        out[kind] = bench_model_xla(kind, batch, args["steps"], args["trace_reps"], args.get("reps", 3))
+    return out
+
+
+# ---------------------------------------------------------------- index checks, RSS
 
 def rss_mb():
     with open("/proc/self/statm") as f:
@@ -134,19 +354,6 @@ def bench_rss(steps=1000, batch=256):
     return samples
 
 
-def upstream(args):
-    py = os.environ.get("UPSTREAM_PYTHON")
-    if not py:
-        return None
-    try:
-        out = subprocess.run([py, os.path.join(HERE, "_upstream_worker.py"), json.dumps(args)],
-                             capture_output=True, text=True, timeout=1800)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except Exception as e:  # noqa: BLE001
-        print(f"(upstream torch_xla run failed: {e})")
-        return None
-
-
 def bench_index_checks(kind, batch, blocks=12, per_block=5):
     """The deferred index check's cost on one training step, measured in one
     process: blocks of steps with the checks on and off alternate (each setting
@@ -154,7 +361,7 @@ def bench_index_checks(kind, batch, blocks=12, per_block=5):
     median seconds per step."""
     import torch_xla.core.xla_model as xm
     from torch_xla.engine.lazy import index_checks
-    step = _torch_step(kind, batch, True)
+    step = _torch_step(kind, batch, True, gpt_blocks="torch")
     times = {True: [], False: []}
     saved = index_checks.ENABLED
     try:
@@ -175,43 +382,200 @@ def bench_index_checks(kind, batch, blocks=12, per_block=5):
     return statistics.median(times[True]), statistics.median(times[False])
 
 
+# ---------------------------------------------------------------- one run
+
+def measure(a, steps, trace_reps, reps):
+    """One run of every timed section -> a dict of numbers (None where a
+    competitor did not run)."""
+    models = [(k, b) for k, b, _ in MODELS]
+    res = {"tracing": {}, "models": {}, "compile": {}, "index": {}}
+    t_start = time.perf_counter()
+
+    def progress(what):
+        print(f"  [{time.perf_counter() - t_start:6.1f}s] {what} ...", flush=True)
+
+    progress("tracing chain")
+    res["tracing"]["ours"], res["tracing"]["ours_total"] = bench_tracing()
+    for kind, batch in models:
+        progress(f"{kind}: pure JAX, torch_xla, eager CPU")
+        r = {"jax": bench_jax_step(kind, batch, steps, reps)}
+        r["ours"] = bench_model_xla(kind, batch, steps, trace_reps, reps)
+        r["eager"] = bench_eager_step(kind, batch, steps, reps)
+        res["models"][kind] = r
+    if upstream_python():
+        progress("upstream torch_xla: tracing chain, cached steps, per-step tracing")
+        up = upstream({"mode": "main", "models": models, "steps": steps, "trace_reps": trace_reps, "reps": reps})
+        res["upstream_versions"] = (up or {}).get("versions")
+        res["tracing"]["up"] = up["per_op"] if up else None
+        for kind, _ in models:
+            res["models"][kind]["up"] = up.get(kind) if up else None
+    progress("index checks")
+    for kind, batch in (("mnist", 64), ("gpt", 8)):
+        res["index"][kind] = bench_index_checks(kind, batch, blocks=4 if a.quick else 12)
+    if not a.no_compile:
+        sides = ["ours", "jax"] + (["upstream"] if upstream_python() else [])
+        for kind, batch in models:
+            progress(f"compile, {kind}: fresh processes for {', '.join(sides)}")
+            res["compile"][kind] = {s: compile_subprocess("xla" if s == "ours" else s, kind, batch,
+                                                          max(steps // 2, 3)) for s in sides}
+    progress("done")
+    return res
+
+
+# ---------------------------------------------------------------- report
+
+def _mark(ok):
+    return "PASS" if ok else "MISS"
+
+
+def _ms(x, width=11):
+    return f"{x * 1e3:>{width}.2f}" if x is not None else f"{'-':>{width}}"
+
+
+def _ratio(a, b, width=9):
+    return f"{a / b:>{width}.2f}" if a is not None and b else f"{'-':>{width}}"
+
+
+def report(res, title):
+    print(f"\n======== {title} ========")
+    tr = res["tracing"]
+    up_trace = tr.get("up")
+    print("\n[tracing] chain of 3,000 elementwise ops with scalar operands, graph cached")
+    print(f"  torch_xla: {tr['ours']:.2f} us/op traced ({tr['ours_total']:.2f} us/op with sync + execute)   "
+          f"target <= {TARGET_TRACE_US:g} us/op: {_mark(tr['ours'] <= TARGET_TRACE_US)}")
+    if up_trace is not None:
+        print(f"  upstream torch_xla 2.9: {up_trace:.2f} us/op traced   torch_xla/upstream "
+              f"{tr['ours'] / up_trace:.2f}")
+
+    rows = res["models"]
+    has_up = any(r.get("up") for r in rows.values())
+    print("\n[per-step tracing] one training step's Python time, first op to the return of xm.mark_step() "
+          "(graph dispatched, not waited for; the previous step already waited for), median, ms")
+    print(f"  {'model':<28}{'torch_xla':>11}{'upstream':>11}{'xla/upstream':>14}")
+    for kind, r in rows.items():
+        ours, up = r["ours"]["trace"], (r.get("up") or {}).get("trace")
+        verdict = f"  {_mark(ours / up <= TARGET_STEP_TRACE)}" if up else ""
+        print(f"  {NAMES[kind]:<28}{_ms(ours)}{_ms(up)}{_ratio(ours, up, 14)}{verdict}")
+    print(f"  target: torch_xla/upstream <= {TARGET_STEP_TRACE:g}" +
+          ("" if has_up else "   (n/a: upstream did not run; set UPSTREAM_PYTHON)"))
+
+    print("\n[cached training step] steady state: N steps back to back, one wait, best of the timed runs; "
+          "ms/step (SGD momentum)")
+    print(f"  {'model':<28}{'torch_xla':>11}{'pure JAX':>11}{'eager CPU':>11}{'upstream':>11}"
+          f"{'xla/JAX':>9}{'':>6}{'xla/eager':>11}{'xla/upstream':>14}")
+    for kind, r in rows.items():
+        ours, jx, ea, up = r["ours"]["step"], r["jax"], r["eager"], (r.get("up") or {}).get("step")
+        print(f"  {NAMES[kind]:<28}{_ms(ours)}{_ms(jx)}{_ms(ea)}{_ms(up)}{_ratio(ours, jx)}"
+              f"  {_mark(ours / jx <= TARGET_STEP_JAX)}{_ratio(ours, ea, 11)}{_ratio(ours, up, 14)}")
+    print(f"  target: torch_xla/JAX <= {TARGET_STEP_JAX:g}")
+
+    if res.get("compile"):
+        print("\n[compile] new graph to first result: fresh process per model and side, empty persistent "
+              "cache, a tiny unrelated graph run first; 1st and 2nd training step (trace + compile + "
+              "execute + wait), s; compile = 1st + 2nd - 2 x steady")
+        print(f"  {'model':<28}{'side':<14}{'1st step':>10}{'2nd step':>10}{'steady ms':>11}{'compile':>10}"
+              f"{'graphs':>8}{'CompileTime':>13}")
+        for kind, sides in res["compile"].items():
+            comp = {}
+            for i, side in enumerate(("ours", "upstream", "jax")):
+                if side not in sides:
+                    continue
+                c = sides[side]
+                label = {"ours": "torch_xla", "upstream": "upstream 2.9", "jax": "pure JAX"}[side]
+                name = NAMES[kind] if i == 0 else ""
+                if not c:
+                    print(f"  {name:<28}{label:<14}{'failed':>10}")
+                    continue
+                if c.get("cache_dir"):
+                    print(f"  WARNING: {label} ran with a persistent compilation cache at {c['cache_dir']}")
+                comp[side] = c["first"] + c["second"] - 2 * c["steady"]
+                extra = (f"{int(c['graphs']):>8d}{c['compile_metric']:>12.2f}s" if "graphs" in c else "")
+                print(f"  {name:<28}{label:<14}{c['first']:>9.2f}s{c['second']:>9.2f}s{c['steady'] * 1e3:>11.2f}"
+                      f"{comp[side]:>9.2f}s{extra}")
+            if comp.get("ours") is not None and comp.get("upstream"):
+                o, u = sides["ours"], sides["upstream"]
+                print(f"  {'':<28}torch_xla/upstream: compile {comp['ours'] / comp['upstream']:.2f}, "
+                      f"1st step {o['first'] / u['first']:.2f}")
+
+    if res.get("index"):
+        print("\n[index checks] deferred in-graph index checks, on vs off (XLA_CHECK_INDICES), "
+              "alternating blocks in one process   target <= +3%")
+        for kind, (on, off) in res["index"].items():
+            name = "GPT (nn.TransformerEncoder)" if kind == "gpt" else NAMES[kind]
+            print(f"  {name:<28} on {on*1e3:.2f} ms, off {off*1e3:.2f} ms ({(on / off - 1) * 100:+.1f}%)  "
+                  f"{_mark(on / off - 1 <= 0.03)}")
+
+
+def _median_tree(xs):
+    """Per-value median over runs of the same-shaped results."""
+    vals = [x for x in xs if x is not None]
+    if not vals:
+        return None
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals):
+        return statistics.median(vals)
+    if all(isinstance(x, dict) for x in vals):
+        keys = list(dict.fromkeys(k for x in vals for k in x))
+        return {k: _median_tree([x.get(k) for x in vals]) for k in keys}
+    if all(isinstance(x, (list, tuple)) for x in vals) and len({len(x) for x in vals}) == 1:
+        return tuple(_median_tree(list(col)) for col in zip(*vals))
+    return vals[0]
+
+
+def header(up_versions):
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    v = versions_here()
+    print(f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+    print(f"machine: {os.cpu_count()} cores{', ' + cpu if cpu else ''}; {platform.platform()}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"this project: torch_xla {v['torch_xla']} on jax {v['jax']}, torch {v['torch']}, "
+          f"python {platform.python_version()}")
+    if up_versions and "error" not in up_versions:
+        print(f"upstream ({upstream_python()}): torch_xla {up_versions['torch_xla']}, torch {up_versions['torch']}, "
+              f"python {up_versions['python']}")
+    elif upstream_python():
+        print(f"upstream ({upstream_python()}): versions unknown ({(up_versions or {}).get('error')})")
+    else:
+        print("upstream: not run (set UPSTREAM_PYTHON to a Python with torch_xla 2.9)")
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=30, help="steps per timed run of the cached step")
+    p.add_argument("--trace-reps", type=int, default=30, help="steps measured for per-step tracing")
+    p.add_argument("--runs", type=int, default=1, help="repeat the measurements; print each run and the median")
     p.add_argument("--rss-steps", type=int, default=1000)
-    p.add_argument("--quick", action="store_true", help="fewer steps, no RSS run")
+    p.add_argument("--no-compile", action="store_true", help="skip the compile section (its subprocesses)")
+    p.add_argument("--quick", action="store_true", help="few steps, no RSS run")
+    p.add_argument("--point", help=argparse.SUPPRESS)   # internal: one subprocess measurement
     a = p.parse_args()
+    if a.point:
+        print(json.dumps(worker_main(json.loads(a.point))))
+        return
     steps = 8 if a.quick else a.steps
-    print(f"machine: {os.cpu_count()} cores; torch_xla on JAX {__import__('jax').__version__}")
+    trace_reps = 5 if a.quick else a.trace_reps
+    reps = 1 if a.quick else 3
 
-    per_op, per_op_total = bench_tracing()
-    print(f"\n[tracing] chain of 3,000 elementwise ops with scalar operands, graph cached")
-    print(f"  torch_xla: {per_op:.2f} us/op traced ({per_op_total:.2f} us/op with sync + execute)   target <= 10")
+    up_versions = upstream_versions(upstream_python()) if upstream_python() else None
+    header(up_versions)
+    print(f"settings: cached step: best of {reps} timed run(s) of {steps} steps; per-step tracing: "
+          f"median of {trace_reps} steps; "
+          f"{a.runs} run(s){', quick' if a.quick else ''}", flush=True)
 
-    up = upstream({"steps": steps})
-    if up:
-        print(f"  upstream torch_xla 2.9: {up['per_op']:.2f} us/op traced")
-
-    rows = []
-    for kind, batch in (("mlp", 256), ("mnist", 64)):
-        jx = bench_jax_step(kind, batch, steps)
-        tx = bench_torch_xla_step(kind, batch, steps)
-        ea = bench_eager_step(kind, batch, steps)
-        rows.append((kind, batch, tx, jx, ea))
-    print("\n[cached training step] median ms/step (SGD momentum)")
-    print(f"  {'model':<28}{'torch_xla':>11}{'pure JAX':>11}{'eager CPU':>11}{'xla/JAX':>9}{'xla/eager':>11}")
-    for kind, batch, tx, jx, ea in rows:
-        name = "MLP 4x512, batch 256" if kind == "mlp" else "MNIST CNN, batch 64"
-        print(f"  {name:<28}{tx*1e3:>11.2f}{jx*1e3:>11.2f}{ea*1e3:>11.2f}{tx/jx:>9.2f}{tx/ea:>11.2f}")
-        if up and kind in up:
-            print(f"  {'  upstream torch_xla 2.9':<28}{up[kind]*1e3:>11.2f}{'':>11}{'':>11}{up[kind]/jx:>9.2f}")
-    print("  target: MLP torch_xla/JAX <= 1.15")
-
-    print("\n[index checks] deferred in-graph index checks, on vs off (XLA_CHECK_INDICES), "
-          "alternating blocks in one process   target <= +3%")
-    for kind, batch, name in (("mnist", 64, "MNIST CNN, batch 64"), ("gpt", 8, "GPT 2x128, seq 64, batch 8")):
-        on, off = bench_index_checks(kind, batch, blocks=4 if a.quick else 12)
-        print(f"  {name:<28} on {on*1e3:.2f} ms, off {off*1e3:.2f} ms ({(on / off - 1) * 100:+.1f}%)")
+    results = []
+    for i in range(a.runs):
+        print(f"\nrun {i + 1} of {a.runs}:", flush=True)
+        results.append(measure(a, steps, trace_reps, reps))
+        uv = results[-1].get("upstream_versions")
+        if uv and "+jax" in str(uv.get("torch_xla")):
+            print(f"  WARNING: the upstream worker imported this project's torch_xla ({uv})")
+        report(results[-1], f"run {i + 1} of {a.runs}")
+    if a.runs > 1:
+        report(_median_tree(results), f"median of {a.runs} runs")
 
     if not a.quick:
         samples = bench_rss(a.rss_steps)
@@ -221,7 +585,7 @@ def main():
         growth = (late - early) / early * 100
         print(f"\n[memory] RSS over {a.rss_steps} cached MLP steps (sampled every 50): after warm-up "
               f"{early:.0f} MB, last quarter {late:.0f} MB ({growth:+.1f}%), peak {max(samples):.0f} MB   "
-              f"target within 5%")
+              f"target within 5%: {_mark(abs(growth) <= 5)}")
 
 
 if __name__ == "__main__":
