@@ -424,17 +424,11 @@ _fwd_autocast, _bwd_autocast = _autocast_wrappers()
 
 
 def _contract(a, b, dims_a, dims_b):
-    """a and b contracted over dims_a / dims_b as one XLA DotGeneral (torch's
-    einsum would flatten the free dims to 2-D with reshapes); einsum off the
-    device."""
+    """a and b contracted over dims_a / dims_b (free dims of a, then of b) as one
+    XLA DotGeneral (torch's einsum would flatten the free dims to 2-D with
+    reshapes); torch.tensordot, the same contraction, off the device."""
     if a.device.type != "xla":
-        letters = "abcdefghijklmnopqrstuvwxyz"
-        sa = letters[:a.dim()]
-        sb = "".join(sa[dims_a[dims_b.index(i)]] if i in dims_b else letters[a.dim() + i]
-                     for i in range(b.dim()))
-        out = "".join(c for i, c in enumerate(sa) if i not in dims_a)
-        out += "".join(c for i, c in enumerate(sb) if i not in dims_b)
-        return torch.einsum(f"{sa},{sb}->{out}", a, b)
+        return torch.tensordot(a, b, dims=(list(dims_a), list(dims_b)))
     import jax
     from torch_xla.core import xla_builder
     dt = torch.promote_types(a.dtype, b.dtype)
