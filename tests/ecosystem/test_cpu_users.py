@@ -30,6 +30,26 @@ def test_pin_memory_on_cpu_data():
     assert pinned.data_ptr() != x.data_ptr()  # a copy, as pinning makes one
 
 
+def test_data_parallel_on_a_cpu_machine_stays_on_the_cpu():
+    # torch picks DataParallel's device from torch.<privateuse1>.is_available();
+    # importing torch_xla must leave a CPU model where it is, as upstream does.
+    import torch_xla  # noqa: F401
+    model = torch.nn.Linear(2, 3)
+    dp = torch.nn.DataParallel(model)
+    assert dp.device_ids == [] and next(dp.parameters()).device.type == "cpu"
+    x = torch.ones(4, 2)
+    torch.testing.assert_close(dp(x), model(x))
+
+
+def test_torch_device_type_tests_see_xla_once():
+    # torch's device-generic test machinery adds a PRIVATEUSE1 class for an
+    # "available" PrivateUse1 backend; upstream's suite adds its own XLA class,
+    # so the same device would be tested twice.
+    import torch_xla  # noqa: F401
+    from torch.testing._internal import common_device_type as cdt
+    assert cdt.PrivateUse1TestBase not in cdt.get_device_type_test_bases()
+
+
 def test_tpu_probes_report_no_tpu_without_pjrt_device(monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     from torch_xla._internal import tpu

@@ -77,7 +77,14 @@ class DeviceModule:
 
     @staticmethod
     def is_available():
-        return True
+        # False on purpose: torch reads this to pick the process-wide accelerator
+        # of plain CPU code. Were it True, nn.DataParallel would move a CPU model
+        # onto XLA (and fail in its CUDA scatter), DataLoader would "pin" for us,
+        # distributed checkpointing would stage through our streams, and torch's
+        # device-generic tests would add a PRIVATEUSE1 copy of every XLA class.
+        # Upstream's XLA is no torch accelerator, so none of that happens there;
+        # XLA tensors are placed explicitly (torch_xla.device()).
+        return False
 
     @staticmethod
     def is_initialized():
