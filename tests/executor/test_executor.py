@@ -247,3 +247,17 @@ def test_a_read_in_a_loop_without_barriers_does_not_rerun_earlier_iterations(dev
     assert met.counter_value("UncachedCompile") <= 2   # the first step, then one graph for all
     assert executor.last_graph_info["n_nodes"] <= 4
     torch.testing.assert_close(x.cpu(), ref)
+
+
+def test_exit_waits_for_the_last_launched_execution():
+    # A script that ends right after its last sync() must not reach C++ static
+    # destructors while XLA:CPU still runs that step (it used to segfault at exit).
+    x = torch.randn(600, 600, device="xla")
+    for _ in range(6):
+        x = torch.tanh(x @ x / 600)
+    torch_xla.sync()
+    arrays = list(executor._in_flight)
+    assert arrays
+    executor._drain_at_exit()
+    assert all(a.is_ready() for a in arrays)
+    executor._drain_at_exit(limit_s=0.0)  # bounded: a dead collective peer cannot hang the exit

@@ -39,6 +39,7 @@ KNOBS = {
     "XLA_HEARTBEAT_TIMEOUT": ("60", "seconds without a heartbeat before jax.distributed gives a process up"),
     "XLA_SHUTDOWN_TIMEOUT": ("1800", "seconds a finished process waits for the others at shutdown"),
     "XLA_NUM_HOSTS": ("1", "hosts of a job started by the launcher on each"),
+    "XLA_EXIT_WAIT_S": ("900", "seconds the interpreter's exit waits for launched executions"),
     "XLA_COLLECTIVE_TIMEOUT": ("1800", "seconds before a collective that never completes ends the job"),
     "XLA_JOB_DUMP": ("", "prefix: append each job program's HLO to <prefix>.<rank>.txt"),
     # observability

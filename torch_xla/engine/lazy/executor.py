@@ -10,6 +10,7 @@ pool. Buffers that a full barrier overwrites (a parameter updated in place)
 are donated. Execution is asynchronous: outputs become the tensors' data as
 futures, and only host reads wait.
 """
+import atexit
 import collections
 import threading
 import time
@@ -343,6 +344,37 @@ def wait_device_ops():
         except RuntimeError:
             pass  # donated or deleted since
     index_checks.verify(block=True)
+
+
+def _drain_at_exit(limit_s=None):
+    """Let launched executions finish before the interpreter exits, as upstream's
+    runtime does.
+
+    Barriers only launch work: a script can end with many steps still queued on
+    XLA:CPU's threads, and reaching C++ static destructors under running kernels
+    segfaults the process after its Python code is done. The wait is bounded
+    (`XLA_EXIT_WAIT_S`, default 900 s) so that a collective whose peers died
+    cannot hang the exit."""
+    if limit_s is None:
+        limit_s = config.number("XLA_EXIT_WAIT_S")
+    deadline = time.monotonic() + limit_s
+    try:
+        # every live buffer, not only the last step's outputs: a barrier can launch
+        # more than one executable, and XLA:CPU may run them side by side
+        arrays = jax.live_arrays()
+    except Exception:
+        arrays = _in_flight[:]
+    for a in arrays:
+        try:
+            while not a.is_ready():
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.005)
+        except Exception:  # donated or deleted since: nothing left to wait for
+            continue
+
+
+atexit.register(_drain_at_exit)
 
 
 def run_step_closures():
