@@ -148,6 +148,25 @@ def test_save_tensors_file_formats(tmp_path):
             assert "location=<module>@<string>:7" in text, text
 
 
+def test_save_tensors_file_names_dynamo_runs(tmp_path):
+    # every run of a torch.compile(backend="openxla") graph is a "[dynamo]" record,
+    # laid out as upstream's (one more blank line after END_GRAPH)
+    code = """
+        import torch, torch_xla
+        f = torch.compile(lambda x, y: torch.cos(x) + torch.sin(y), backend="openxla")
+        d = torch_xla.device()
+        x, y = torch.tensor(1.0, device=d), torch.tensor(2.0, device=d)
+        for _ in range(2):
+            print(f(x, y).item())
+    """
+    out = tmp_path / "g.txt"
+    _run(code, {"XLA_SAVE_TENSORS_FILE": str(out), "XLA_SAVE_TENSORS_FMT": "text"})
+    text = (tmp_path / "g.txt.0").read_text()
+    assert text.count("[dynamo]") == 2, text[:800]
+    lines = text.splitlines(keepends=True)
+    assert lines[-5].startswith("Graph Hash:") and lines[-3] == "## END_GRAPH\n"
+
+
 def test_save_hlo_file_on_failure(tmp_path, dev, monkeypatch):
     from torch_xla.engine.observe import graph_dump
     a = torch.randn(3, 3).to(dev)

@@ -228,7 +228,9 @@ def _on_executed(graph, executable, reason):
         _emit(_analysis_block("Execution Analysis: ", g, len(g.values)))
     if save_to:
         from . import graph_dump
+        # a compiled Dynamo graph's run is upstream's "[dynamo]" record
         graph_dump.save_graph(graph, g.frames, hash_str(executable.hash),
+                              name="dynamo" if reason == "dynamo" else "SyncTensorsGraph",
                               output_shardings=_output_sharding_lines(graph, executable))
 
 

@@ -397,6 +397,8 @@ def save_graph(values, frames, graph_hash, name="SyncTensorsGraph", output_shard
     lines += ["", "Root Hashes: (" + ", ".join(hashes) + ")", "", "## BEGIN_GRAPH",
               (body if body is not None else render(values, fmt)).rstrip("\n"),
               f"Graph Hash: {graph_hash}", "", "## END_GRAPH", "", ""]
+    if name == "dynamo":   # upstream ends this record with one more blank line
+        lines.append("")
     if output_shardings is not None and fmt == "hlo":   # SPMD: the layout of every output
         lines[-1:] = ["#OUTPUT_SHARDING_BEGIN", ""] + list(output_shardings) + ["", "#OUTPUT_SHARDING_END", "", ""]
     _append(path, "\n".join(lines))
