@@ -201,6 +201,80 @@ def test_scan_layers_trains_like_unrolled_with_one_body(dev):
     print(f"CompileTime unrolled {t_unrolled / 1e9:.2f}s, scan_layers {t_scanned / 1e9:.2f}s")
 
 
+class Encoder(nn.Module):
+    """issue 13's model: a stack of identical transformer layers (batch first, so
+    attention projects a non-contiguous activation), unrolled or one scan_layers."""
+
+    def __init__(self, n, scanned, d=32):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.TransformerEncoderLayer(d, 2, 2 * d, dropout=0.0, batch_first=True)
+                                    for _ in range(n))
+        self.scanned = scanned
+
+    def forward(self, x):
+        if self.scanned:
+            return scan_layers(self.layers, x)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _largest(tensors):
+    text = torch_xla._XLAC._get_xla_tensors_hlo(list(tensors))
+    sizes = [1]
+    for dims in re.findall(r"[fs]\d+\[([\d,]+)\]", text):
+        n = 1
+        for k in dims.split(","):
+            n *= int(k)
+        sizes.append(n)
+    return max(sizes)
+
+
+def test_scan_layers_transformer_of_8_layers_has_one_loop_body_and_trains_like_unrolled(dev):
+    torch.manual_seed(0)
+    base = Encoder(8, scanned=False)
+    data = torch.randn(2, 8, 32)
+    xdata = data.to(dev)
+    unrolled = copy.deepcopy(base).to(dev)
+    scanned = copy.deepcopy(base).to(dev)
+    scanned.scanned = True
+
+    # forward: one while; forward + backward: one loop each way, whatever the depth
+    assert _whiles([scanned(xdata)]) == 1
+    loss = scanned(xdata).pow(2).mean()
+    loss.backward()
+    assert _whiles([loss] + [p.grad for p in scanned.parameters()]) == 2
+    # nothing the loops carry is bigger than the layers' own values stacked: the
+    # body decomposes `linear` as a layer outside a loop does (one mm with the
+    # weight), not as a batched matmul over a weight expanded per sequence position
+    one = Encoder(1, scanned=False).to(dev)
+    one_loss = one(xdata).pow(2).mean()
+    one_loss.backward()
+    biggest_one = _largest([one_loss] + [p.grad for p in one.parameters()])
+    assert _largest([loss] + [p.grad for p in scanned.parameters()]) <= 8 * biggest_one
+    del loss, one, one_loss
+    for p in scanned.parameters():
+        p.grad = None
+    xm.mark_step()
+
+    want = base(data)
+    _close(scanned(xdata), want.detach(), 1e-4)
+    l_unrolled = _train(_Loss(unrolled), xdata, steps=3)
+    l_scanned = _train(_Loss(scanned), xdata, steps=3)
+    torch.testing.assert_close(l_scanned, l_unrolled, rtol=1e-4, atol=1e-5)
+    for p, q in zip(scanned.parameters(), unrolled.parameters()):
+        _close(p, q.cpu(), 1e-4)
+
+
+class _Loss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).pow(2).mean()
+
+
 def test_tree_flatten_none_drops_and_restores_nones():
     from torch_xla.experimental.scan import tree_flatten_none
     flat, unflatten = tree_flatten_none(((1, 2), (None, 3), None))

@@ -259,6 +259,36 @@ def _split_specs(spec, diff, fouts):
 # ---------------------------------------------------------------------------
 # scan
 
+def _grad_flags(tensors):
+    """Which operands of a loop body a gradient will flow to (float tensors that
+    require grad, with grad mode on): the body is traced with its inputs in the
+    same state, so PyTorch's composite ops decompose as they would outside a loop."""
+    if not torch.is_grad_enabled():
+        return ()
+    flags = tuple(bool(t.requires_grad and _is_float(t.dtype)) for t in tensors)
+    return flags if any(flags) else ()
+
+
+def _as_differentiated(fn_flat, grads):
+    """fn_flat called on inputs that require grad where `grads` says so.
+
+    PyTorch's composite ops choose their decomposition by their inputs'
+    requires_grad: `linear`/`matmul` of a non-contiguous 3-D activation by a weight
+    that requires grad folds into one `mm` (what a layer outside a loop does), by
+    one that does not it expands the weight to a batched `bmm`, whose gradient is
+    a per-batch outer product summed afterwards, and whose expanded weight becomes
+    a residual stacked over the loop: many times the memory and time. The body's
+    own autograd graph is never run (capture saves nothing for it); its gradient
+    is the jax.vjp of the loop. Each input is a clone of a leaf that requires grad
+    (a clone lowers to nothing), so the body may still write into it in place."""
+    if not grads:
+        return fn_flat
+
+    def traced(*phs):
+        return fn_flat(*[p.requires_grad_().clone() if g else p for p, g in zip(phs, grads)])
+    return traced
+
+
 def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache=None, remat=False):
     """lax.scan of fn_flat(*carry, *x_slices) -> [*new_carry, *y_slices] over the
     leading dimension of xs (lists of XLA tensors); -> (carry list, ys list).
@@ -271,11 +301,12 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
                              f"(got {[tuple(t.shape) for t in xs]})")
     carry_avals = [t._aval for t in init]
     x_avals = [(tuple(x.shape[1:]), x.dtype) for x in xs]
-    cache_key = (tuple(carry_avals), tuple(x_avals))
+    grads = _grad_flags(list(init) + list(xs))
+    cache_key = (tuple(carry_avals), tuple(x_avals), grads)
     body = body_cache.get(cache_key) if body_cache is not None else None
     cached = body is not None
     if body is None:
-        body = capture(fn_flat, carry_avals + x_avals, name)
+        body = capture(_as_differentiated(fn_flat, grads), carry_avals + x_avals, name)
         # reusable when it closes over no tensor (Python numbers it closed over are
         # fixed for a pure fn, and are kept with it)
         if body_cache is not None and all(t is None for t in body.ext_tensors):
