@@ -357,3 +357,42 @@ def test_a_rematerializing_partitioner_keeps_only_the_carry_and_gives_the_same_g
     torch.testing.assert_close(results["remat"][0], results["default"][0])
     torch.testing.assert_close(results["remat"][1], results["default"][1])
     assert results["remat"][2] < results["default"][2]   # fewer loop-carried (stacked) residuals
+
+
+def test_random_ops_in_fn_draw_new_numbers_each_iteration_and_call():
+    # torch.rand inside fn stays inside the loop body with its seed moved per
+    # iteration; a second call takes fresh seeds; manual_seed reproduces both
+    from torch_xla.experimental.scan import scan as xscan
+    d = torch_xla.device()
+
+    def fn(c, x):
+        return c + x, x + torch.rand(3, device=d)
+
+    def run():
+        _, ys = xscan(fn, torch.zeros(3, device=d), torch.zeros(4, 3, device=d))
+        return ys.cpu()
+
+    torch_xla.manual_seed(7)
+    a, b = run(), run()
+    assert len({tuple(r.tolist()) for r in a}) == 4           # every iteration differs
+    assert not torch.equal(a, b)                              # so does the next call
+    assert ((a >= 0) & (a < 1)).all()
+    torch_xla.manual_seed(7)
+    torch.testing.assert_close(run(), a)                      # and the seed reproduces them
+
+
+def test_dropout_in_scan_keeps_gradients():
+    from torch_xla.experimental.scan import scan as xscan
+    d = torch_xla.device()
+    w = torch.randn(3, device=d, requires_grad=True)
+    xs = torch.ones(5, 3, device=d)
+
+    def fn(c, x):
+        y = torch.nn.functional.dropout(x * w, p=0.5, training=True)
+        return c + y, y
+
+    c, ys = xscan(fn, torch.zeros(3, device=d), xs)
+    c.sum().backward()
+    kept = (ys.detach().cpu() != 0).float()
+    # d(sum_i dropout(x*w))/dw = sum_i mask_i * 2 (p=0.5), per iteration's own mask
+    torch.testing.assert_close(w.grad.cpu(), 2 * kept.sum(0))

@@ -305,11 +305,15 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
     cache_key = (tuple(carry_avals), tuple(x_avals), grads)
     body = body_cache.get(cache_key) if body_cache is not None else None
     cached = body is not None
+    seed_slots = ()
     if body is None:
-        body = capture(_as_differentiated(fn_flat, grads), carry_avals + x_avals, name)
+        pin, taken = _seed_pin()
+        body = capture(_as_differentiated(fn_flat, grads), carry_avals + x_avals, name, pin=pin)
+        seed_slots = _seed_slots(body, taken)
         # reusable when it closes over no tensor (Python numbers it closed over are
-        # fixed for a pure fn, and are kept with it)
-        if body_cache is not None and all(t is None for t in body.ext_tensors):
+        # fixed for a pure fn, and are kept with it) and draws no random numbers
+        # (those take fresh seeds from the generator on every call)
+        if body_cache is not None and not seed_slots and all(t is None for t in body.ext_tensors):
             body_cache[cache_key] = body
             cached = True
     nc, nx = len(init), len(xs)
@@ -330,13 +334,26 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
             o = f(list(c) + list(x), ext)
             return tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c)), tuple(o[nc:])
 
+        if seed_slots:
+            # random ops in fn draw new numbers each iteration: their seeds are moved
+            # by an iteration counter carried beside the user's carry
+            inner = step
+
+            def step(c, x):
+                i, c = c[0], c[1:]
+                e = list(ext)
+                for j in seed_slots:
+                    e[j] = e[j] + (i + 1) * _SEED_STRIDE
+                o = f(list(c) + list(x), e)
+                return ((i + 1,) + tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c)), tuple(o[nc:]))
+            c0 = (lax.full((), 0, ext[seed_slots[0]].dtype),) + c0
         if remat:   # keep only the carry per iteration; the backward loop recomputes the rest
             import jax
             step = jax.checkpoint(step, prevent_cse=False)
         c, ys = lax.scan(step, c0, xs_, length=length, reverse=reverse)
-        return list(c) + list(ys)
+        return list(c[1:] if seed_slots else c) + list(ys)
 
-    spec = Spec("scan", (body.key, nc, nx, length, bool(reverse), bool(remat)), fn,
+    spec = Spec("scan", (body.key, nc, nx, length, bool(reverse), bool(remat), seed_slots), fn,
                 carry_avals + [x._aval for x in xs] + list(body.ext_avals),
                 carry_avals + y_avals)
     operands = list(init) + list(xs) + body.ext_operands()
@@ -344,6 +361,38 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
         _release(body)
     outs = apply(spec, operands)
     return outs[:nc], outs[nc:]
+
+
+_SEED_STRIDE = 0x5851F42D4C957F2D   # odd: iteration i's seeds differ for every i < 2**64
+
+
+def _seed_pin():
+    """A `pin` for capture that keeps the seeds random ops take from the generator
+    while fn is traced as operands of the body (not random values drawn once
+    outside the loop); -> (pin, taken seeds)."""
+    from . import random as rnd
+    start = rnd.rng.seed
+    taken = []
+
+    def pin():
+        s = start
+        while s != rnd.rng.seed and len(taken) < 1 << 16:
+            taken.append(s)
+            s = rnd._advance(s)
+        if not taken:
+            return None
+        seeds = set(taken)
+        return lambda n: n.kind == 1 and n.entry == "int64" and n.data in seeds
+    return pin, taken
+
+
+def _seed_slots(body, taken):
+    """Indices of body's closed-over operands that are seeds the trace took."""
+    if not taken:
+        return ()
+    seeds = set(taken)
+    return tuple(j for j, v in enumerate(body.ext_values or ())
+                 if v is not None and v[0].kind == 1 and v[0].entry == "int64" and v[0].data in seeds)
 
 
 def _release(body):
