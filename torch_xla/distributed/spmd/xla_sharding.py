@@ -276,7 +276,7 @@ def mark_sharding(t, mesh, partition_spec):
     x = _xla_tensor(t)
     _check(x, mesh, partition_spec)
     _api.mark_sharding(x, mesh._named_sharding(tuple(partition_spec)))
-    return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+    return _wrap_with_mesh(t, mesh, partition_spec)
 
 
 class MarkShardingFunction(torch.autograd.Function):
@@ -309,13 +309,28 @@ def clear_sharding(t):
 
 
 def wrap_as_sharded_tensor(t, mesh_shape=None, partition_spec=None):
+    """t as an XLAShardedTensor carrying `mesh_shape` / `partition_spec` (an
+    XLAShardedTensor is updated in place; its cached DTensorSpec is dropped)."""
     if not isinstance(t, XLAShardedTensor):
         return XLAShardedTensor(t, mesh_shape=mesh_shape, partition_spec=partition_spec)
     if mesh_shape is not None:
         t.mesh_shape = mesh_shape
+        if t._mesh is not None and t._mesh.mesh_shape != tuple(int(d) for d in mesh_shape):
+            t._mesh = None
     if partition_spec is not None:
         t.partition_spec = partition_spec
+    if mesh_shape is not None or partition_spec is not None:
+        t.invalidate_spec_cache()
     return t
+
+
+def _wrap_with_mesh(t, mesh, partition_spec):
+    """wrap_as_sharded_tensor, remembering the Mesh itself (its device order and
+    axis names make the DTensorSpec's DeviceMesh)."""
+    st = wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+    st._mesh = mesh
+    st.invalidate_spec_cache()
+    return st
 
 
 def unwrap_sharded_tensor(t):
@@ -358,7 +373,7 @@ def enable_manual_sharding(t, partition_spec, *, mesh=None):
     mesh = _mesh_or_global(mesh, "enable_manual_sharding")
     x = mark_sharding(unwrap_sharded_tensor(t), mesh, partition_spec)
     out = _api.full_to_shard(unwrap_sharded_tensor(x))
-    return wrap_as_sharded_tensor(out, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+    return _wrap_with_mesh(out, mesh, partition_spec)
 
 
 def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None):
@@ -368,7 +383,7 @@ def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None):
     mesh = _mesh_or_global(mesh, "disable_manual_sharding")
     x = _xla_tensor(unwrap_sharded_tensor(t))
     out = _api.shard_to_full(x, mesh._named_sharding(tuple(partition_spec)), full_shape, mark=True)
-    return wrap_as_sharded_tensor(out, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+    return _wrap_with_mesh(out, mesh, partition_spec)
 
 
 def apply_backward_optimization_barrier(m):
