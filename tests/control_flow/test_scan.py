@@ -396,3 +396,19 @@ def test_dropout_in_scan_keeps_gradients():
     kept = (ys.detach().cpu() != 0).float()
     # d(sum_i dropout(x*w))/dw = sum_i mask_i * 2 (p=0.5), per iteration's own mask
     torch.testing.assert_close(w.grad.cpu(), 2 * kept.sum(0))
+
+
+def test_writing_into_a_closed_over_tensor_is_refused():
+    # the write would run once (hoisted out of the loop), not once per iteration:
+    # refuse it rather than return a silent wrong answer. torch.tensor(..., device=)
+    # makes an alias of a base, so the check follows views to their base
+    from torch_xla.experimental.scan import scan as xscan
+    d = torch_xla.device()
+    counter = torch.tensor([0.0, 0.0], device=d)
+
+    def fn(c, x):
+        counter.add_(1.0)
+        return c + x, c + counter
+
+    with pytest.raises(RuntimeError, match="writes in place into a tensor of shape \\[2\\]"):
+        xscan(fn, torch.zeros(2, device=d), torch.zeros(3, 2, device=d))

@@ -135,9 +135,9 @@ def scan(fn, init, xs, partition_fn=None, is_fn_pure=False):
     shapes (`_SCAN_COMPUTATION_CACHE`), so a later call traces nothing; otherwise
     fn is traced on every call.
 
-    Randomness inside `fn` that does not depend on the carry or x is drawn once
-    and shared by every iteration; a tensor `fn` closes over must not be written
-    in place.
+    Random ops inside `fn` draw new numbers in every iteration and every call
+    (reproducible under `torch.manual_seed`); a tensor `fn` closes over must not
+    be written in place (refused with an error: the write would happen once).
     """
     if not callable(fn):
         raise ValueError(f"`fn` {fn} must be callable.")

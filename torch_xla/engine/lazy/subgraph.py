@@ -83,25 +83,27 @@ class _Recorder(TorchDispatchMode):
         self.by_value = {}
         self.first = {}
 
-    def _see(self, t):
+    def _see(self, t, read):
         if _active[-1] is not self:
             return   # a nested capture's ops belong to it (and its tensors must die with it)
         if type(t).__name__ != "XLATensor" or not hasattr(t, "_v"):
             return
         v = value_of(t)
         self.by_value.setdefault((id(v[0]), v[1]), t)
-        if t._xb is None and id(t) not in self.first:
-            self.first[id(t)] = (t, v)
+        if id(t) not in self.first:
+            # read before any op made it: a tensor from outside (or an input); views
+            # too (torch.tensor(..., device=) makes an alias of a base)
+            self.first[id(t)] = (t, v, read)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         for a in torch.utils._pytree.tree_leaves((args, kwargs)):
             if isinstance(a, torch.Tensor):
-                self._see(a)
+                self._see(a, True)
         out = func(*args, **kwargs)
         for a in torch.utils._pytree.tree_leaves(out):
             if isinstance(a, torch.Tensor):
-                self._see(a)
+                self._see(a, False)
         return out
 
 
@@ -183,11 +185,14 @@ def _never(_):
 
 def _check_no_writes(rec, dep, ph_ids, name):
     """A tensor the function closes over must not be overwritten with body values."""
-    for t, v0 in rec.first.values():
-        if id(t._v[0]) != id(v0[0]) and not dep.get(id(v0[0]), False) and _depends([t._v], ph_ids)[id(t._v[0])]:
-            raise CaptureError(
-                f"torch_xla: {name} writes in place into a tensor of shape {list(t._aval[0])} that it "
-                f"closes over; return the new value instead (e.g. as part of the carry)")
+    for t, v0, outside in rec.first.values():
+        if not outside or id(value_of(t)[0]) == id(v0[0]) or id(v0[0]) in ph_ids or dep.get(id(v0[0]), False):
+            continue   # made inside fn, unchanged, or one of fn's inputs
+        # a tensor from outside written by the body: with body values it cannot hold
+        # them; with anything else the write would happen once, not per call of fn
+        raise CaptureError(
+            f"torch_xla: {name} writes in place into a tensor of shape {list(t._aval[0])} that it "
+            f"closes over; return the new value instead (e.g. as part of the carry)")
 
 
 def _leaked(refs, ph_ids):
