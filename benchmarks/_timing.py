@@ -23,16 +23,20 @@ def median_step(step, sync, steps, warmup=3, reps=3):
     return statistics.median(runs)
 
 
-def run_point(script, args, env=None, timeout=1800):
-    """Runs `python script *args` in a fresh process and returns the last JSON
-    object it printed, or {"error": its last stderr line}."""
-    cmd = [sys.executable, os.path.abspath(script), *args]
+def run_json(cmd, env=None, timeout=1800, cwd=None):
+    """Runs cmd in a fresh process (env: its whole environment, None for ours) and
+    returns the last JSON object it printed, or {"error": its last stderr line}."""
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                             env=dict(os.environ, **(env or {})))
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout}s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
-        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
     return json.loads(lines[-1])
+
+
+def run_point(script, args, env=None, timeout=1800):
+    """Runs `python script *args` with our environment plus `env`; see run_json."""
+    return run_json([sys.executable, os.path.abspath(script), *args],
+                    dict(os.environ, **(env or {})), timeout)

@@ -64,7 +64,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -74,6 +73,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _models import jax_mlp, jax_mnist, torch_gpt, torch_mlp, torch_mnist  # noqa: E402
+from _timing import run_json  # noqa: E402
 
 MODELS = (("mlp", 256, "MLP 4x512, batch 256"),
           ("mnist", 64, "MNIST CNN, batch 64"),
@@ -265,18 +265,6 @@ def versions_here():
 
 # ---------------------------------------------------------------- subprocesses
 
-def _run_json(cmd, env, timeout):
-    """Runs cmd; -> the last JSON object line it printed, or {"error": ...}."""
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout}s"}
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
-        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
-    return json.loads(lines[-1])
-
-
 def _clean_env(upstream=False):
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
     if upstream:
@@ -292,14 +280,14 @@ def upstream_python():
 def upstream_versions(py):
     code = ("import importlib.metadata as m, json, sys; print(json.dumps({'torch': m.version('torch'), "
             "'torch_xla': m.version('torch_xla'), 'python': sys.version.split()[0]}))")
-    return _run_json([py, "-c", code], _clean_env(True), 120)
+    return run_json([py, "-c", code], _clean_env(True), 120, cwd=HERE)
 
 
 def upstream(args, timeout=1800):
     py = upstream_python()
     if not py:
         return None
-    res = _run_json([py, os.path.join(HERE, "_upstream_worker.py"), json.dumps(args)], _clean_env(True), timeout)
+    res = run_json([py, os.path.join(HERE, "_upstream_worker.py"), json.dumps(args)], _clean_env(True), timeout, cwd=HERE)
     if "error" in res:
         print(f"  (upstream torch_xla run failed: {res['error']})", flush=True)
         return None
@@ -311,7 +299,7 @@ def compile_subprocess(side, kind, batch, steps):
             "kind": kind, "batch": batch, "steps": steps}
     if side == "upstream":
         return upstream(args, timeout=900)
-    res = _run_json([sys.executable, os.path.abspath(__file__), "--point", json.dumps(args)], _clean_env(), 900)
+    res = run_json([sys.executable, os.path.abspath(__file__), "--point", json.dumps(args)], _clean_env(), 900, cwd=HERE)
     if "error" in res:
         print(f"  ({side} compile point for {kind} failed: {res['error']})", flush=True)
         return None
