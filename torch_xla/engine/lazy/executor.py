@@ -358,13 +358,9 @@ def _drain_at_exit(limit_s=None):
     if limit_s is None:
         limit_s = config.number("XLA_EXIT_WAIT_S")
     deadline = time.monotonic() + limit_s
-    try:
-        # every live buffer, not only the last step's outputs: a barrier can launch
-        # more than one executable, and XLA:CPU may run them side by side
-        arrays = jax.live_arrays()
-    except Exception:
-        arrays = _in_flight[:]
-    for a in arrays:
+    # every live buffer, not only the last step's outputs: a barrier can launch
+    # more than one executable, and XLA:CPU may run them side by side
+    for a in jax.live_arrays():
         try:
             while not a.is_ready():
                 if time.monotonic() > deadline:

@@ -307,9 +307,10 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
     cached = body is not None
     seed_slots = ()
     if body is None:
-        pin, taken = _seed_pin()
+        from . import random as rnd
+        pin, taken = _seed_pin(rnd.rng.seed)
         body = capture(_as_differentiated(fn_flat, grads), carry_avals + x_avals, name, pin=pin)
-        seed_slots = _seed_slots(body, taken)
+        seed_slots = tuple(j for j, _ in _seed_slots(body, taken))
         # reusable when it closes over no tensor (Python numbers it closed over are
         # fixed for a pure fn, and are kept with it) and draws no random numbers
         # (those take fresh seeds from the generator on every call)
@@ -331,21 +332,19 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
         f = body.jax_fn()
 
         def step(c, x):
-            o = f(list(c) + list(x), ext)
-            return tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c)), tuple(o[nc:])
-
-        if seed_slots:
-            # random ops in fn draw new numbers each iteration: their seeds are moved
-            # by an iteration counter carried beside the user's carry
-            inner = step
-
-            def step(c, x):
+            e = ext
+            if seed_slots:
+                # random ops in fn draw new numbers each iteration: their seeds are
+                # moved by an iteration counter carried beside the user's carry
                 i, c = c[0], c[1:]
                 e = list(ext)
                 for j in seed_slots:
                     e[j] = e[j] + (i + 1) * _SEED_STRIDE
-                o = f(list(c) + list(x), e)
-                return ((i + 1,) + tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c)), tuple(o[nc:]))
+            o = f(list(c) + list(x), e)
+            new = tuple(a.astype(b.dtype) for a, b in zip(o[:nc], c))
+            return ((i + 1,) + new if seed_slots else new), tuple(o[nc:])
+
+        if seed_slots:
             c0 = (lax.full((), 0, ext[seed_slots[0]].dtype),) + c0
         if remat:   # keep only the carry per iteration; the backward loop recomputes the rest
             import jax
@@ -366,12 +365,11 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
 _SEED_STRIDE = 0x5851F42D4C957F2D   # odd: iteration i's seeds differ for every i < 2**64
 
 
-def _seed_pin():
-    """A `pin` for capture that keeps the seeds random ops take from the generator
-    while fn is traced as operands of the body (not random values drawn once
-    outside the loop); -> (pin, taken seeds)."""
+def _seed_pin(start):
+    """A `pin` for capture that keeps the seeds random ops took from the generator
+    (from `start` on) while fn was traced as operands of the body, not random
+    values drawn once outside it; -> (pin, taken seeds, in the order taken)."""
     from . import random as rnd
-    start = rnd.rng.seed
     taken = []
 
     def pin():
@@ -387,12 +385,10 @@ def _seed_pin():
 
 
 def _seed_slots(body, taken):
-    """Indices of body's closed-over operands that are seeds the trace took."""
-    if not taken:
-        return ()
-    seeds = set(taken)
-    return tuple(j for j, v in enumerate(body.ext_values or ())
-                 if v is not None and v[0].kind == 1 and v[0].entry == "int64" and v[0].data in seeds)
+    """(j, k): body's closed-over operand j is the k-th seed the trace took."""
+    where = {v: k for k, v in enumerate(taken)}
+    return tuple((j, where[v[0].data]) for j, v in enumerate(body.ext_values or ())
+                 if v[0].kind == 1 and v[0].entry == "int64" and v[0].data in where)
 
 
 def _release(body):
@@ -515,18 +511,7 @@ def pure_body(fn_flat, in_avals, name="assume_pure function", seeded=False):
     saved = rnd.rng.seed
     if seeded:
         rnd.rng.seed = _SENTINEL_SEED
-    taken = []
-
-    def pin():
-        if not seeded:
-            return None
-        s = _SENTINEL_SEED
-        while s != rnd.rng.seed and len(taken) < 1 << 16:
-            taken.append(s)
-            s = rnd._advance(s)
-        seeds = set(taken)
-        return lambda n: n.kind == 1 and n.entry == "int64" and n.data in seeds
-
+    pin, taken = _seed_pin(_SENTINEL_SEED) if seeded else (None, [])
     try:
         body = capture(fn_flat, in_avals, name, pin=pin)
     finally:
@@ -540,12 +525,7 @@ def pure_body(fn_flat, in_avals, name="assume_pure function", seeded=False):
                 "tensors are frozen)")
     n = len(in_avals)
     ext = [ValueArg(v, a) for v, a in zip(body.ext_values, body.ext_avals)]
-    seed_slots = []
-    if taken:
-        where = {v: k for k, v in enumerate(taken)}
-        for j, (node, _) in enumerate(body.ext_values):
-            if node.kind == 1 and node.entry == "int64" and node.data in where:
-                seed_slots.append((j, where[node.data]))
+    seed_slots = _seed_slots(body, taken)
 
     def fn(*ops):
         return body.jax_fn()(list(ops[:n]), list(ops[n:]))
