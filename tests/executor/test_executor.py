@@ -260,4 +260,26 @@ def test_exit_waits_for_the_last_launched_execution():
     assert arrays
     executor._drain_at_exit()
     assert all(a.is_ready() for a in arrays)
-    executor._drain_at_exit(limit_s=0.0)  # bounded: a dead collective peer cannot hang the exit
+
+
+class _Pending:
+    """A buffer that becomes ready after `polls` checks (or never)."""
+
+    def __init__(self, polls):
+        self.polls, self.checked = polls, 0
+
+    def is_ready(self):
+        self.checked += 1
+        return self.polls is not None and self.checked > self.polls
+
+
+def test_exit_drain_polls_every_live_buffer_until_ready_within_its_bound(monkeypatch):
+    slow, done = _Pending(5), _Pending(0)
+    monkeypatch.setattr(executor.jax, "live_arrays", lambda: [done, slow])
+    executor._drain_at_exit(limit_s=30.0)
+    assert slow.checked == 6 and done.checked == 1      # waited until the slow one was ready
+    never = _Pending(None)
+    monkeypatch.setattr(executor.jax, "live_arrays", lambda: [never])
+    t0 = time.monotonic()
+    executor._drain_at_exit(limit_s=0.05)               # a dead collective peer cannot hang the exit
+    assert time.monotonic() - t0 < 2.0 and never.checked >= 1
