@@ -209,11 +209,18 @@ lower("isclose")(lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False: jnp.isclose
 
 # -- unary -------------------------------------------------------------------
 
-def _unary(fn, float_only=True):
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+
+def _unary(fn, float_only=True, exact=False):
     def rule(x):
         dt = _od()
         if jnp.iscomplexobj(x) and not jnp.issubdtype(dt, jnp.complexfloating):
             return fn(x).astype(dt)  # abs/angle of complex: real result
+        if not exact and dt in _HALF:
+            # eager computes half-precision math in float32 and rounds once; JAX would
+            # round after every step of a decomposed function (acos, sigmoid, i0, ...)
+            return fn(_as(x, jnp.float32)).astype(dt)
         return fn(_as(x, dt))
     return rule
 
@@ -237,9 +244,11 @@ _UNARY = {
     "angle": jnp.angle, "conj_physical": jnp.conj, "special_erfcx": jax.scipy.special.erfcx
     if hasattr(jax.scipy.special, "erfcx") else None,
 }
+# results exact in any float width: no float32 detour for half inputs
+_EXACT_UNARY = {"neg", "abs", "floor", "ceil", "trunc", "fix", "positive", "conj_physical", "angle"}
 for _n, _fn in _UNARY.items():
     if _fn is not None:
-        lower(_n)(_unary(_fn))
+        lower(_n)(_unary(_fn, exact=_n in _EXACT_UNARY))
 
 
 @lower("relu")
