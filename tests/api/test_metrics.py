@@ -202,3 +202,37 @@ def test_runtime_stage_metrics_and_counters_upstream_reports(dev):
     assert met.counter_value("DeviceDataCacheMiss") >= 1
     met.clear_counters()
     assert "CreateXlaTensor" not in met.counter_names()
+
+
+def test_execute_time_is_the_run_not_its_launch(dev):
+    # a launch returns once the work is queued; the sample is counted then and
+    # becomes the run's whole time once the run is seen finished
+    import time
+    a = torch.randn(700, 700, device=dev)
+    torch_xla.sync()
+    a.cpu()
+    met.clear_all()
+    for _ in range(12):
+        a = torch.tanh(a @ a / 700)
+    s = a.sum()
+    torch_xla.sync()
+    assert met.metric_data("ExecuteTime")[0] == 1
+    t0 = time.perf_counter_ns()
+    s.item()
+    waited = time.perf_counter_ns() - t0
+    assert waited > 2e6, "the run should still be going when the launch returns"
+    total, acc, samples = met.metric_data("ExecuteTime")
+    assert total == 1 and acc >= 0.9 * waited and samples[-1][1] == acc
+
+
+def test_execute_time_counts_runs_whose_outputs_were_donated(dev):
+    # every output of one step becomes the next step's donated input
+    w = torch.randn(300, 300, device=dev)
+    torch_xla.sync()
+    met.clear_all()
+    for _ in range(5):
+        w.mul_(0.5).add_(1)
+        torch_xla.sync()
+    w.cpu()
+    total, acc, samples = met.metric_data("ExecuteTime")
+    assert total == 5 and len(samples) == 5 and acc == sum(v for _, v in samples)

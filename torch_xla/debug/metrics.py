@@ -48,6 +48,7 @@ def counter_value(name):
 
 def metric_names():
     """Names of the metrics that have samples."""
+    _m.flush()
     return sorted(n for n, m in list(_m.metrics.items()) if m.total)
 
 
@@ -55,6 +56,7 @@ def metric_data(name):
     """(total samples, accumulator, ((timestamp_ns, value), ...)) or None.
 
     The samples are the last XLA_METRICS_SAMPLES (1,024) ones, oldest first."""
+    _m.flush()
     m = _m.metrics.get(name)
     if m is None or not m.total:
         return None

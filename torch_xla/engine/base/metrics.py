@@ -54,9 +54,11 @@ class Metric:
         self.acc += value
         if len(self.samples) < _RING:
             self.samples.append((now, value))
-        else:
-            self.samples[self.pos] = (now, value)
-            self.pos = (self.pos + 1) % _RING
+            return len(self.samples) - 1
+        slot = self.pos
+        self.samples[slot] = (now, value)
+        self.pos = (slot + 1) % _RING
+        return slot
 
     def ordered_samples(self):
         return self.samples[self.pos:] + self.samples[:self.pos]
@@ -125,6 +127,28 @@ def metric(name, value, kind="time"):
         if m is None:
             m = metrics[name] = Metric(_KIND_REPR[kind])
         m.add(value)
+
+
+def open_sample(name, value, kind="time"):
+    """Record a sample now whose value is known later (a run's time, measured to
+    its end): counts stay exact at once; close_sample() sets the final value."""
+    if rename:
+        name = rename.get(name, name)
+    with _lock:
+        m = metrics.get(name)
+        if m is None:
+            m = metrics[name] = Metric(_KIND_REPR[kind])
+        slot = m.add(value)
+        return m, slot, m.samples[slot], value
+
+
+def close_sample(handle, value):
+    m, slot, sample, old = handle
+    with _lock:
+        m.acc += value - old
+        # the ring may have moved past this sample since
+        if slot < len(m.samples) and m.samples[slot] is sample:
+            m.samples[slot] = (sample[0], value)
 
 
 def value_metric(name, value):

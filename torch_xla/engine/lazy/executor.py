@@ -25,7 +25,7 @@ from ..ir import node as ir
 from ..ir.graph import Graph
 from ..runtime import topology
 from ..runtime.platform import jax_device
-from . import device_groups, donation, index_checks, mode, tensor
+from . import device_groups, donation, exec_time, index_checks, mode, tensor
 
 _lock = cache.lock
 _donate_ok = config.get("XLA_ENABLE_PARAM_ALIASING") != "0"
@@ -98,7 +98,7 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             t0 = time.perf_counter_ns()
             with profiling.region(profiling.EXECUTE):
                 outs = exe.compiled(*inputs)
-            metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
+            exec_time.launched("ExecuteTime", t0, outs)
         except Exception as e:
             notes = events.emit("failed", graph=g, stage=stage, error=e) if events.wanted("failed") else ()
             if _is_oom(e):

@@ -32,7 +32,7 @@ from ..compile import cache
 from ..ir import node as ir
 from ..ir.graph import Graph
 from ..runtime.platform import jax_device
-from . import donation, mode, tensor
+from . import donation, exec_time, mode, tensor
 from .handlers import random as _random
 from .views import view_value
 
@@ -268,7 +268,7 @@ class Step:
                 self.exe = exe
             t0 = time.perf_counter_ns()
             outs = exe.compiled(*inputs)
-            metrics.metric("ExecuteTime", time.perf_counter_ns() - t0)
+            exec_time.launched("ExecuteTime", t0, outs)
         if events.wanted("executed") and (traced or config.get("XLA_SAVE_TENSORS_FILE")):   # replays are dumped
             events.emit("executed", graph=g, executable=exe, reason="dynamo")
         for k in g.donated:   # those buffers now belong to the outputs
