@@ -15,6 +15,7 @@ a host transfer sees the whole time.
 A run's outputs become ready together. When every output was donated to a
 later run before the watcher saw it ready, the sample is taken at that moment
 (a lower bound on the run's time)."""
+import atexit
 import collections
 import os
 import threading
@@ -71,7 +72,7 @@ def settle():
 
 def _watch():
     sleep = 5e-5
-    while True:
+    while not _stopping:
         if not _pending:
             _wake.wait()
             _wake.clear()
@@ -86,6 +87,19 @@ def _watch():
             sleep = min(sleep * 2, _MAX_SLEEP_S)
 
 
+_stopping = False
+
+
+def _stop():
+    """Join the watcher before the interpreter finalizes: a daemon thread stopped
+    inside a jaxlib call at exit aborts the process ("exception not rethrown")."""
+    global _stopping
+    _stopping = True
+    _wake.set()
+    if _thread is not None:
+        _thread.join(timeout=1.0)
+
+
 def _after_fork():
     global _thread, _lock
     _thread = None
@@ -94,4 +108,5 @@ def _after_fork():
 
 
 os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_stop)
 metrics.flushers.append(settle)
