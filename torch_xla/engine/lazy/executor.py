@@ -232,6 +232,7 @@ def sync(tensors=None, wait=False, reason="user"):
             bases.reverse()
             full = True
             n_refs, n_dead = len(refs), len(refs) - len(seen)
+            views = _live_pending_views(bases)
         else:
             bases = []
             seen = set()
@@ -241,15 +242,19 @@ def sync(tensors=None, wait=False, reason="user"):
                     seen.add(id(b))
                     bases.append(b)
             full = False
+            views = ()
             compact_pending()
         for group in device_groups.split(bases):
             values = [b._v for b in group]
-            outs = run(values, owners=group, donate=full, reason=reason,
+            vvals = [t._v for t in views]
+            outs = run(values + vvals if vvals else values, owners=group, donate=full, reason=reason,
                        device=group[0].device.index if device_groups.active else 0)
             # a tensor another thread (a loader's .to(xla)) wrote meanwhile keeps its value;
             # views re-derive from the data, not the executed IR (_gen)
             t_wrap = time.perf_counter_ns()
             _store(group, values, outs)
+            if vvals:
+                _store_views(views, vvals, outs[len(values):])
             metrics.metric("WrapXlaData", time.perf_counter_ns() - t_wrap)
         if wait:
             for b in bases:
@@ -265,6 +270,9 @@ def compact_pending():
     weakrefs of tensors that died or were computed since they were recorded."""
     if len(tensor.pending) > 8192:
         tensor.retire_pending([r for r in tensor.pending if (t := r()) is not None and t._v[0].kind == ir.OP])
+    if len(tensor.pending_views) > 8192:
+        tensor.pending_views[:] = [r for r in tensor.pending_views
+                                   if (t := r()) is not None and t._v[0].kind == ir.OP]
 
 
 def materialize(value, aval, device=0):
@@ -319,7 +327,45 @@ def _written_in(value, device):
                 (not device_groups.active or t.device.index == device):
             seen.add(id(t))
             out.append(t)
+    # a view written in place (x.view(-1).index_add_(...)) holds the op's result while
+    # its base holds the scatter back: the graph computes the base's value too
+    for r in tensor.pending_views:
+        t = r()
+        if t is None:
+            continue
+        b = t._xb
+        if b is not None and id(b) not in seen and b._v[0].kind == ir.OP and t._vgen == b._gen \
+                and id(t._v[0]) in pos and (not device_groups.active or b.device.index == device):
+            seen.add(id(b))
+            out.append(b)
     return out
+
+
+def _live_pending_views(bases):
+    """Live views whose cached value derives from a base this barrier computes (one
+    device only: views of several devices' bases keep being derived)."""
+    refs = tensor.pending_views[:]
+    tensor.pending_views.clear()
+    if not refs or device_groups.active:
+        return ()
+    synced = {id(b) for b in bases}
+    out, seen = [], set()
+    for r in refs:
+        t = r()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        b = t._xb
+        if b is not None and id(b) in synced and t._vgen == b._gen and t._v[0].kind == ir.OP:
+            out.append(t)
+    return out
+
+
+def _store_views(views, values, arrays):
+    for t, v, arr in zip(views, values, arrays):
+        if t._v is v:
+            t._v = (ir.data_node(arr, *t._aval), 0)
+            t._vgen = t._xb._gen
 
 
 def _store(bases, values, arrays):

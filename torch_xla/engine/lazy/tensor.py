@@ -264,6 +264,10 @@ _handlers = {}
 _make = torch.Tensor._make_wrapper_subclass
 pending = []  # weakrefs to base tensors that became pending since the last barrier
 _ref = weakref.ref
+# weakrefs to views whose value was derived from pending IR since the last barrier:
+# a full barrier computes the live ones beside their bases (as upstream syncs every
+# live tensor), so later graphs read them as data instead of re-deriving them
+pending_views = []
 _retired = [0]  # entries of `pending` dropped so far (CreateXlaTensor reads the total)
 
 
@@ -313,6 +317,8 @@ def new_view(base, chain, aval, v, gen, geom=None):
     t._xb = base
     t._chain = chain
     t._vgen = gen
+    if v[0].kind == 2:
+        pending_views.append(_ref(t))
     return t
 
 

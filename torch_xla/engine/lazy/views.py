@@ -44,6 +44,7 @@ def view_value(t):
         v, aval = _apply_step(step, v, aval)
     t._v = v
     t._vgen = base._gen
+    tensor.pending_views.append(tensor._ref(t))
     return v
 
 
