@@ -120,26 +120,21 @@ def add_counts(pairs):
 
 
 def metric(name, value, kind="time"):
+    """Add one sample; -> (metric, its ring slot)."""
     if rename:
         name = rename.get(name, name)
     with _lock:
         m = metrics.get(name)
         if m is None:
             m = metrics[name] = Metric(_KIND_REPR[kind])
-        m.add(value)
+        return m, m.add(value)
 
 
 def open_sample(name, value, kind="time"):
     """Record a sample now whose value is known later (a run's time, measured to
     its end): counts stay exact at once; close_sample() sets the final value."""
-    if rename:
-        name = rename.get(name, name)
-    with _lock:
-        m = metrics.get(name)
-        if m is None:
-            m = metrics[name] = Metric(_KIND_REPR[kind])
-        slot = m.add(value)
-        return m, slot, m.samples[slot], value
+    m, slot = metric(name, value, kind)
+    return m, slot, m.samples[slot], value
 
 
 def close_sample(handle, value):
