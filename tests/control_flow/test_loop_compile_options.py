@@ -1,23 +1,35 @@
-"""On XLA:CPU a graph holding a loop compiles with the fusion emitters off (much
-cheaper kernels for a loop body's stacked residuals); loop-free graphs keep XLA's
-defaults. Values are the same either way."""
+"""XLA:CPU options chosen per graph (compiler.CPU_OPTION_RULES): a graph holding
+a loop compiles with the fusion emitters off (much cheaper kernels for a loop
+body's stacked residuals); a graph whose values are all small compiles at
+backend optimisation level 0; others keep XLA's defaults. Values are the same
+either way."""
 import jax
+import pytest
 import torch
 
 import torch_xla
-from torch_xla.engine.compile import compiler
+from torch_xla.engine.compile import cache, compiler
 from torch_xla.experimental.scan import scan
 
+LOOP = {"xla_cpu_use_fusion_emitters": False}
+SMALL = {"xla_backend_optimization_level": 0}
 
-def test_loop_graphs_get_the_cpu_loop_options(monkeypatch):
-    seen = []
+
+@pytest.fixture
+def seen(monkeypatch):
+    cache.clear()   # another test may have compiled the same graphs already
+    out = []
     real = jax.stages.Lowered.compile
 
     def spy(self, *a, **k):
-        seen.append(k.get("compiler_options"))
+        out.append(k.get("compiler_options"))
         return real(self, *a, **k)
 
     monkeypatch.setattr(jax.stages.Lowered, "compile", spy)
+    return out
+
+
+def test_loop_graphs_get_the_cpu_loop_options(seen):
     d = torch_xla.device()
     xs = torch.randn(5, 3)
     init = torch.zeros(3)
@@ -28,10 +40,19 @@ def test_loop_graphs_get_the_cpu_loop_options(monkeypatch):
         ref_c = ref_c + x
     torch.testing.assert_close(carry.cpu(), ref_c)
     torch.testing.assert_close(ys.cpu(), torch.stack(ref_ys))
-    assert compiler._loop_options_ok[0]
-    assert compiler._LOOP_OPTIONS in seen          # the graph with the while loop
+    assert compiler._options_ok[0]
+    assert {**LOOP, **SMALL} in seen      # the graph with the while loop (small values too)
+
+
+def test_small_graphs_compile_unoptimised_and_large_ones_with_defaults(seen):
+    d = torch_xla.device()
+    x = torch.randn(4)
+    y = (x.to(d) * 3).sum()
+    torch.testing.assert_close(y.cpu(), (x * 3).sum())
+    assert seen == [SMALL]
 
     seen.clear()
-    y = (torch.randn(4, device=d) * 3).sum()
-    y.cpu()
-    assert seen and all(o is None for o in seen)   # a loop-free graph: XLA's defaults
+    big = torch.randn(128, 64)
+    z = (big.to(d) * 3).sum(0)            # 8,192 elements: XLA's defaults
+    torch.testing.assert_close(z.cpu(), (big * 3).sum(0))
+    assert seen and all(o is None for o in seen)

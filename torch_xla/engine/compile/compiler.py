@@ -9,6 +9,8 @@ mode, so SPMD or any other way of compiling is one more registration:
 
 `strategy()` gives the one for this process's mode (jax.jit by default).
 """
+import math
+
 from ..base import config
 from ..ir.graph import op_scope
 from ..ops.context import LoweringContext
@@ -39,29 +41,62 @@ class LocalJit(Compiler):
         fn = graph.build_fn(self.context())
         jitted = jax.jit(fn, donate_argnums=graph.donated)
         if not graph.device:
-            return _compile(jitted.lower(*inputs))
+            return _compile(jitted.lower(*inputs), graph)
         # xla:<n>: inputs already live there; a graph without inputs needs the default too
         with jax.default_device(topology.device_for(graph.device)):
-            return _compile(jitted.lower(*inputs))
+            return _compile(jitted.lower(*inputs), graph)
 
 
-# XLA:CPU spends most of a compile in LLVM code generation of fusion kernels, one per
-# distinct shape. A loop body (scan, while) adds kernels for every stacked residual
-# and dynamic slice; with XLA:CPU's newer fusion emitters off, such graphs compile
-# 35-50% faster at the same run time, while loop-free graphs compile much slower, so
-# the option is per graph.
-_LOOP_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-_loop_options_ok = [True]
+# XLA:CPU options chosen per graph, each rule (predicate(graph, hlo_text), options):
+# - XLA:CPU spends most of a compile in LLVM code generation of fusion kernels, one per
+#   distinct shape. A loop body (scan, while) adds kernels for every stacked residual
+#   and dynamic slice; with XLA:CPU's newer fusion emitters off, such graphs compile
+#   35-50% faster at the same run time, while loop-free graphs compile much slower.
+# - A graph whose every value is small (a host read's comparison, an optimizer's scalar
+#   bookkeeping, a test's few-element tensors) runs in microseconds however its kernels
+#   are optimised, and LLVM's optimisation is a third of its compile: such graphs are
+#   compiled at backend optimisation level 0.
+_SMALL_VALUE = 1 << 12   # elements
 
 
-def _compile(lowered):
-    if _loop_options_ok[0] and jax_platform() == "cpu" and "stablehlo.while" in lowered.as_text():
-        try:
-            return lowered.compile(compiler_options=_LOOP_OPTIONS)
-        except Exception as e:   # an XLA without the option: compile as usual from now on
-            if "xla_cpu_use_fusion_emitters" not in str(e) and "compiler_options" not in str(e):
-                raise
-            _loop_options_ok[0] = False
+def _loops(graph, text):
+    return "stablehlo.while" in text
+
+
+def _all_values_small(graph, text):
+    if graph is None:
+        return False
+    for n in graph.order:
+        for shape, _ in n.entry.out_avals:
+            if math.prod(shape) > _SMALL_VALUE:
+                return False
+    for p in graph.params:
+        if math.prod(p.entry[0]) > _SMALL_VALUE:
+            return False
+    return True
+
+
+CPU_OPTION_RULES = [
+    (_loops, {"xla_cpu_use_fusion_emitters": False}),
+    (_all_values_small, {"xla_backend_optimization_level": 0}),
+]
+_options_ok = [True]
+
+
+def _compile(lowered, graph=None):
+    if _options_ok[0] and jax_platform() == "cpu":
+        text = lowered.as_text()
+        options = {}
+        for applies, opts in CPU_OPTION_RULES:
+            if applies(graph, text):
+                options.update(opts)
+        if options:
+            try:
+                return lowered.compile(compiler_options=options)
+            except Exception as e:   # an XLA without these options: compile as usual from now on
+                if not any(k in str(e) for k in options) and "compiler_options" not in str(e):
+                    raise
+                _options_ok[0] = False
     return lowered.compile()
 
 
