@@ -150,6 +150,21 @@ def test_distributions_are_sane(dev):
     assert set(mnr.tolist()) <= {1, 2} and 0.65 < (mnr == 2).float().mean() < 0.85
 
 
+def test_randperm_is_a_uniform_shuffle_at_every_size(dev):
+    # small sizes sort by one round of random keys; large ones take JAX's rounds
+    for n in (1, 3, 1625, 1626, 4000):
+        p = torch.randperm(n, device=dev).cpu()
+        assert p.dtype == torch.int64 and sorted(p.tolist()) == list(range(n))
+    assert torch.randperm(6, device=dev, dtype=torch.int32).dtype == torch.int32
+    firsts = []
+    for _ in range(400):              # one graph, run 400 times with a new seed each
+        firsts.append(torch.randperm(4, device=dev)[0])
+        xm.mark_step()
+    firsts = torch.stack([f.cpu() for f in firsts])
+    counts = torch.bincount(firsts, minlength=4).float()
+    assert counts.min() > 70 and counts.max() < 130, counts    # 100 each expected
+
+
 @pytest.mark.parametrize("call", [
     lambda d, g: torch.randn(3, device=d, generator=g),
     lambda d, g: torch.rand(3, device=d, generator=g),

@@ -82,6 +82,11 @@ def _seed_operand():
     return ValueArg(ir.scalar_value(_take_seed(), "int64"), ((), torch.int64))
 
 
+# JAX sorts by 32-bit random keys in rounds, one round while 3 log n <= 32 log 2
+# (ties, which keep index order, stay unlikely)
+_ONE_ROUND_PERM = 1625
+
+
 def _meta_shape(seed, *, shape, dtype, **kw):
     return torch.empty(shape, dtype=dtype, device="meta")
 
@@ -101,7 +106,14 @@ def _draw(kind):
         if kind == "exponential":
             return (jax.random.exponential(key, shape, jnp.float32) / a).astype(jd)
         if kind == "perm":
-            return jax.random.permutation(key, shape[0]).astype(jd)
+            n = shape[0]
+            if n <= _ONE_ROUND_PERM:
+                # jax.random.permutation draws a subkey, then sorts by one round of
+                # bits; drawing the bits from the op's own key is the same shuffle
+                # with one RngBitGenerator fewer to compile
+                bits = jax.random.bits(key, (n,), jnp.uint32)
+                return jax.lax.sort((bits, jnp.arange(n, dtype=jd)), num_keys=1)[1]
+            return jax.random.permutation(key, n).astype(jd)
         raise NotImplementedError(kind)
     return OpInfo(f"rng_{kind}", None, lowering, meta=_meta_shape)
 
