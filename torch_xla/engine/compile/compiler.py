@@ -64,8 +64,6 @@ def _loops(graph, text):
 
 
 def _all_values_small(graph, text):
-    if graph is None:
-        return False
     for n in graph.order:
         for shape, _ in n.entry.out_avals:
             if math.prod(shape) > _SMALL_VALUE:
@@ -83,7 +81,7 @@ CPU_OPTION_RULES = [
 _options_ok = [True]
 
 
-def _compile(lowered, graph=None):
+def _compile(lowered, graph):
     if _options_ok[0] and jax_platform() == "cpu":
         text = lowered.as_text()
         options = {}
