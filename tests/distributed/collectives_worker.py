@@ -282,6 +282,22 @@ def _mp_fn(index, out_path):
     except Exception:  # noqa: BLE001
         checks["host"] = "FAIL: " + traceback.format_exc()[-600:]
 
+    try:
+        # a job-wide program no other check builds: XLA compiles it in one process, the others load it
+        from torch_xla.debug import metrics as met
+        before = met.counter_value("SharedCompileLoad") or 0
+        x = T(np.full((7, 13), r + 1.0, np.float32))
+        s = xm.all_reduce(xm.REDUCE_SUM, torch.tanh(x) + x)
+        xm.mark_step()
+        loads = [int(v) for v in xm.rendezvous("shared_compile",
+                                               str((met.counter_value("SharedCompileLoad") or 0) - before).encode())]
+        want = sum(np.tanh(np.float32(k + 1)) + (k + 1) for k in range(n))
+        np.testing.assert_allclose(s.cpu().numpy(), np.full((7, 13), want, np.float32), rtol=1e-6)
+        checks["compile_shared[one compile per job]"] = "ok" if sorted(loads) == [0] + [1] * (n - 1) else \
+            f"loads per rank {loads}"
+    except Exception:  # noqa: BLE001
+        checks["compile_shared[one compile per job]"] = "FAIL: " + traceback.format_exc()[-600:]
+
     everything = xm.rendezvous("results", json.dumps({"rank": r, "checks": checks}).encode())
     if r == 0:
         with open(out_path, "w") as f:

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.nn as nn
 
+from .. import _XLAC
 from .. import runtime as xr
 from ..core import xla_model as xm
 
@@ -112,6 +113,10 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             g = dict(group)
             g["params"] = pieces
             groups.append(g)
+        # computed now, in a small graph of this rank's own: left pending, this rank's slice
+        # offsets would be constants in the first step's program, which then differs on every
+        # rank and is compiled by each instead of once for the job (engine/compile/share.py)
+        _XLAC._xla_sync_multi([p for g in groups for p in g["params"]], [], wait=False)
         self.base_optimizer = self.optimizer_class(groups, **self.defaults)
         self._copy_hyperparameters(self.param_groups, self.base_optimizer.param_groups)
         self.inited = True

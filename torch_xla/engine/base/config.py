@@ -42,6 +42,8 @@ KNOBS = {
     "XLA_EXIT_WAIT_S": ("900", "seconds the interpreter's exit waits for launched executions"),
     "XLA_COLLECTIVE_TIMEOUT": ("1800", "seconds before a collective that never completes ends the job"),
     "XLA_JOB_DUMP": ("", "prefix: append each job program's HLO to <prefix>.<rank>.txt"),
+    "XLA_SHARE_COMPILATION": ("1", "one process of a job compiles each job-wide program, the others load it"),
+    "XLA_SHARE_COMPILATION_TIMEOUT": ("1800", "seconds to wait for another process's compile before compiling here"),
     # observability
     "PT_XLA_DEBUG_LEVEL": ("", "1: compilation analysis, 2: also execution analysis"),
     "PT_XLA_DEBUG": ("0", "same as PT_XLA_DEBUG_LEVEL=100"),

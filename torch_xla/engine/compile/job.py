@@ -31,7 +31,8 @@ from ..ops.context import LoweringContext
 from ..runtime import distributed as distributed_init
 from ..runtime import topology
 from ..runtime.platform import jax_device, jax_platform
-from .compiler import Compiler, LocalJit, register_strategy
+from . import share
+from .compiler import Compiler, LocalJit, _compile, register_strategy
 
 _shard_map = None
 _sm_kw = None
@@ -141,7 +142,7 @@ class JobCompiler(Compiler):
             specs.append(jax.ShapeDtypeStruct((shape[0] * n,) + shape[1:],
                                               np.asarray(x).dtype if isinstance(x, np.ndarray) else x.dtype,
                                               sharding=sharding))
-        compiled = jitted.lower(*specs).compile()
+        compiled = share.compile_shared(jitted.lower(*specs), lambda lowered: _compile(lowered, graph))
         dump = config.get("XLA_JOB_DUMP")
         if dump:
             with open(f"{dump}.{topology.rank()}.txt", "a") as f:
