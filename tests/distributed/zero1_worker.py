@@ -1,11 +1,12 @@
 """ZeRO-1 against data-parallel training, on every rank of a torch_xla.launch job.
 
-python zero1_worker.py OUT_DIR MODEL CASE...: for each CASE (`sgd-clipNone`,
-`sgd-clip0.5`, `adamw-clipNone`, `adamw-clip0.5`), MODEL (`mlp` or `gpt`) trains 5 steps with ZeroRedundancyOptimizer
-and with xm.optimizer_step (the reference, clipping by
-torch.nn.utils.clip_grad_norm_ after the all-reduce). A run interrupted after 3
-steps, saved and reloaded into fresh objects must continue identically. Rank 0
-writes OUT_DIR/result.json."""
+python zero1_worker.py OUT_DIR CASE...: each CASE is MODEL/OPTIMIZER-clipCLIP
+(`mlp/sgd-clipNone`, `gpt/adamw-clip0.5`, ...; MODEL `mlp` or `gpt`, OPTIMIZER `sgd` or
+`adamw`); the model trains 5 steps with ZeroRedundancyOptimizer and with xm.optimizer_step
+(the reference, clipping by torch.nn.utils.clip_grad_norm_ after the all-reduce). A run
+interrupted after 3 steps, saved and reloaded into fresh objects must continue
+identically (a case ending in `+noresume` skips that part). Rank 0 writes
+OUT_DIR/result.json."""
 import json
 import os
 import sys
@@ -98,14 +99,16 @@ def run_zero1(dev, data, opt_name, clip, stop_at=None, resume=None):
     return losses, norms, model, opt
 
 
-def main(index, out_dir, model_kind, cases):
+def main(index, out_dir, cases):
     global MODEL
-    MODEL = model_kind
     dev = torch_xla.device()
     rank, world = xr.global_ordinal(), xr.world_size()
-    data = batches(rank)
     res = {"world": world, "cases": {}}
     for case in cases:
+        case, _, flag = case.partition("+")
+        MODEL, _, case = case.rpartition("/")
+        MODEL = MODEL or "mlp"
+        data = batches(rank)
         opt_name, clip = case.split("-clip")
         clip = None if clip == "None" else float(clip)
         ref_losses, ref_norms, ref_model = run_reference(dev, data, opt_name, clip)
@@ -115,16 +118,19 @@ def main(index, out_dir, model_kind, cases):
         state_numel = sum(t.numel() for s in opt.base_optimizer.state.values() for t in s.values()
                           if torch.is_tensor(t) and t.dim() > 0)
         full_numel = sum(p.numel() for p in model.parameters())
-        # interrupted after 3 steps, saved to disk, resumed in fresh objects
-        first, _, m3, o3 = run_zero1(dev, data, opt_name, clip, stop_at=3)
-        path = os.path.join(out_dir, f"{opt_name}-{clip}-{rank}.pt")
-        xm.save({"model": m3.state_dict(), "opt": o3.state_dict(), "step": 3}, path, master_only=False)
-        rest, _, _, _ = run_zero1(dev, data, opt_name, clip, resume=torch.load(path, weights_only=False))
-        res["cases"][f"{opt_name}-clip{clip}"] = {
+        resume_diff = None
+        if flag != "noresume":
+            # interrupted after 3 steps, saved to disk, resumed in fresh objects
+            first, _, m3, o3 = run_zero1(dev, data, opt_name, clip, stop_at=3)
+            path = os.path.join(out_dir, f"{MODEL}-{opt_name}-{clip}-{rank}.pt")
+            xm.save({"model": m3.state_dict(), "opt": o3.state_dict(), "step": 3}, path, master_only=False)
+            rest, _, _, _ = run_zero1(dev, data, opt_name, clip, resume=torch.load(path, weights_only=False))
+            resume_diff = max(abs(a - b) for a, b in zip(first + rest, losses))
+        res["cases"][f"{MODEL}/{opt_name}-clip{clip}"] = {
             "loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
             "norm_diff": max((abs(a - b) for a, b in zip(norms, ref_norms)), default=0.0),
             "param_diff": pdiff,
-            "resume_diff": max(abs(a - b) for a, b in zip(first + rest, losses)),
+            "resume_diff": resume_diff,
             "state_fraction": state_numel / (full_numel * (2 if opt_name == "adamw" else 1)),
         }
     lines = xm.rendezvous("zero1_result", json.dumps(res).encode())
@@ -133,10 +139,11 @@ def main(index, out_dir, model_kind, cases):
         merged = recs[0]
         for name in merged["cases"]:
             for key in ("loss_diff", "norm_diff", "param_diff", "resume_diff", "state_fraction"):
-                merged["cases"][name][key] = max(r["cases"][name][key] for r in recs)
+                vals = [r["cases"][name][key] for r in recs]
+                merged["cases"][name][key] = None if None in vals else max(vals)
         with open(os.path.join(out_dir, "result.json"), "w") as f:
             json.dump(merged, f)
 
 
 if __name__ == "__main__":
-    torch_xla.launch(main, args=(sys.argv[1], sys.argv[2], sys.argv[3:]))
+    torch_xla.launch(main, args=(sys.argv[1], sys.argv[2:]))
