@@ -107,7 +107,7 @@ def _mark(client, key, state):
 
 
 def _load(client, key):
-    timeout_ms = config.integer("XLA_SHARE_COMPILATION_TIMEOUT", 1800) * 1000
+    timeout_ms = int(config.number("XLA_SHARE_COMPILATION_TIMEOUT") * 1000)
     try:
         state = client.blocking_key_value_get(key + "/done", timeout_ms)
     except Exception:  # noqa: BLE001 - timed out: compile here
