@@ -61,6 +61,10 @@ def _lowered(scale=2.0):
     return jax.jit(lambda a: jnp.tanh(a) * scale).lower(jax.ShapeDtypeStruct((5,), jnp.float32))
 
 
+def _share(lowered, compile_fn):
+    return share.compile_shared(lowered, lowered.as_text(), compile_fn)
+
+
 def _counting_compile(calls):
     def compile_fn(lowered):
         calls.append(1)
@@ -71,22 +75,22 @@ def _counting_compile(calls):
 def test_the_second_process_loads_what_the_first_compiled(store, monkeypatch):
     calls = []
     _as_rank(monkeypatch, 0)
-    first = share.compile_shared(_lowered(), _counting_compile(calls))
+    first = _share(_lowered(), _counting_compile(calls))
     _as_rank(monkeypatch, 1)
-    second = share.compile_shared(_lowered(), _counting_compile(calls))
+    second = _share(_lowered(), _counting_compile(calls))
     assert len(calls) == 1                       # XLA ran once for the job
     x = jnp.arange(5, dtype=jnp.float32)
     np.testing.assert_array_equal(np.asarray(second(x)), np.asarray(first(x)))
-    key = share.key_of(_lowered())
+    key = share.key_of(_lowered().as_text())
     assert store.kv[key + "/done"] == "ok" and (key + "/got/1") in store.kv
 
 
 def test_a_different_program_is_compiled_by_its_own_process(store, monkeypatch):
     calls = []
     _as_rank(monkeypatch, 0)
-    share.compile_shared(_lowered(2.0), _counting_compile(calls))
+    _share(_lowered(2.0), _counting_compile(calls))
     _as_rank(monkeypatch, 1)
-    share.compile_shared(_lowered(3.0), _counting_compile(calls))
+    _share(_lowered(3.0), _counting_compile(calls))
     assert len(calls) == 2
 
 
@@ -95,26 +99,26 @@ def test_a_failed_compile_is_repeated_by_the_others_with_its_error(store, monkey
         raise ValueError("XLA refused it")
     _as_rank(monkeypatch, 0)
     with pytest.raises(ValueError, match="XLA refused it"):
-        share.compile_shared(_lowered(), failing)
-    assert store.kv[share.key_of(_lowered()) + "/done"] == "fail"
+        _share(_lowered(), failing)
+    assert store.kv[share.key_of(_lowered().as_text()) + "/done"] == "fail"
     _as_rank(monkeypatch, 1)
     with pytest.raises(ValueError, match="XLA refused it"):   # compiled here, not waited for
-        share.compile_shared(_lowered(), failing)
+        _share(_lowered(), failing)
 
 
 def test_taken_executables_leave_the_store_and_a_late_process_compiles(store, monkeypatch):
     calls = []
     _as_rank(monkeypatch, 0)
-    share.compile_shared(_lowered(2.0), _counting_compile(calls))
+    _share(_lowered(2.0), _counting_compile(calls))
     _as_rank(monkeypatch, 1)
-    share.compile_shared(_lowered(2.0), _counting_compile(calls))   # loads: every other process has it
+    _share(_lowered(2.0), _counting_compile(calls))   # loads: every other process has it
     _as_rank(monkeypatch, 0)
-    share.compile_shared(_lowered(4.0), _counting_compile(calls))   # the claimant's next compile sweeps
-    key = share.key_of(_lowered(2.0))
+    _share(_lowered(4.0), _counting_compile(calls))   # the claimant's next compile sweeps
+    key = share.key_of(_lowered(2.0).as_text())
     assert key + "/exe" not in store.kv and store.kv[key + "/done"] == "ok"
     assert len(calls) == 2
     _as_rank(monkeypatch, 1)   # meets the program again (its own cache dropped it): compiles it
-    f = share.compile_shared(_lowered(2.0), _counting_compile(calls))
+    f = _share(_lowered(2.0), _counting_compile(calls))
     assert len(calls) == 3
     np.testing.assert_allclose(np.asarray(f(jnp.ones(5, jnp.float32))), np.tanh(np.ones(5)) * 2, rtol=1e-6)
 
@@ -123,9 +127,9 @@ def test_published_bytes_are_bounded(store, monkeypatch):
     monkeypatch.setattr(share, "_MAX_PUBLISHED", 1)   # every entry is over it: only the newest stays
     _as_rank(monkeypatch, 0)
     for scale in (2.0, 3.0, 4.0):
-        share.compile_shared(_lowered(scale), lambda lowered: lowered.compile())
+        _share(_lowered(scale), lambda lowered: lowered.compile())
     exes = [k for k in store.kv if k.endswith("/exe")]
-    assert exes == [share.key_of(_lowered(4.0)) + "/exe"]
+    assert exes == [share.key_of(_lowered(4.0).as_text()) + "/exe"]
 
 
 def test_a_failing_store_means_compiling_here(monkeypatch):
@@ -134,7 +138,7 @@ def test_a_failing_store_means_compiling_here(monkeypatch):
             raise RuntimeError("UNAVAILABLE: failed to connect to the coordinator")
     monkeypatch.setattr(share, "_client", lambda: Down())
     calls = []
-    share.compile_shared(_lowered(), _counting_compile(calls))
+    _share(_lowered(), _counting_compile(calls))
     assert calls == [1]
 
 

@@ -81,9 +81,10 @@ CPU_OPTION_RULES = [
 _options_ok = [True]
 
 
-def _compile(lowered, graph):
+def _compile(lowered, graph, text=None):
+    """text: lowered.as_text(), where the caller already has it."""
     if _options_ok[0] and jax_platform() == "cpu":
-        text = lowered.as_text()
+        text = text or lowered.as_text()
         options = {}
         for applies, opts in CPU_OPTION_RULES:
             if applies(graph, text):

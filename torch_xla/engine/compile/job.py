@@ -142,7 +142,9 @@ class JobCompiler(Compiler):
             specs.append(jax.ShapeDtypeStruct((shape[0] * n,) + shape[1:],
                                               np.asarray(x).dtype if isinstance(x, np.ndarray) else x.dtype,
                                               sharding=sharding))
-        compiled = share.compile_shared(jitted.lower(*specs), lambda lowered: _compile(lowered, graph))
+        lowered = jitted.lower(*specs)
+        text = lowered.as_text()   # the sharing key and the CPU option rules both read it
+        compiled = share.compile_shared(lowered, text, lambda low: _compile(low, graph, text))
         dump = config.get("XLA_JOB_DUMP")
         if dump:
             with open(f"{dump}.{topology.rank()}.txt", "a") as f:

@@ -53,30 +53,27 @@ def _client():
     return c
 
 
-def key_of(lowered):
+def key_of(text):
     # the program's text decides its compile options too (compiler.CPU_OPTION_RULES)
-    return _PREFIX + hashlib.sha256(lowered.as_text().encode()).hexdigest()
+    return _PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
-def compile_shared(lowered, compile_fn):
-    """compile_fn(lowered) -> jax Compiled, run here or in another process of the job."""
+def compile_shared(lowered, text, compile_fn):
+    """compile_fn(lowered) -> jax Compiled, run here or in another process of the job;
+    text is lowered.as_text()."""
     client = _client()
     if client is None:
         return compile_fn(lowered)
-    key = key_of(lowered)
+    key = key_of(text)
     try:
         client.key_value_set(key + "/claim", str(topology.rank()))
-        claimed = True
     except Exception as e:  # noqa: BLE001
         if "already exists" not in str(e).lower():   # the store failed: compile as without it
             return compile_fn(lowered)
-        claimed = False   # another process claimed it: it is compiling this program now
-    if claimed:
-        return _compile_and_publish(client, key, lowered, compile_fn)
-    loaded = _load(client, key)
-    if loaded is not None:
-        return loaded
-    return compile_fn(lowered)
+        # another process claimed it: it is compiling this program now
+        loaded = _load(client, key)
+        return loaded if loaded is not None else compile_fn(lowered)
+    return _compile_and_publish(client, key, lowered, compile_fn)
 
 
 def _compile_and_publish(client, key, lowered, compile_fn):
