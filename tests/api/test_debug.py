@@ -98,6 +98,29 @@ def test_explain_recompilations_function(dev):
     assert "test_debug.py" in text
 
 
+def test_recompilation_names_keep_no_tensor_of_yours_alive(dev):
+    # naming a recompiled graph's inputs reads this frame's locals; an earlier
+    # iteration's tensors must still die when the loop replaces them (kept alive,
+    # their pending writes joined the next barrier's graph and made it a new one)
+    import weakref
+    seen = []
+    for n in (3, 4, 4):   # the second step is explained, the third one is cached
+        x = torch.arange(n, dtype=torch.float32).to(dev)
+        y = x * 2
+        y.add_(1)
+        xm.mark_step()
+        seen.append(weakref.ref(y))
+    assert "input 0 'x' shape changed" in met.explain_recompilations(last=1)
+    assert [r() is None for r in seen] == [True, True, False]
+
+
+def test_reading_a_frames_locals_leaves_yours_intact():
+    from torch_xla.engine.base import frames
+    x = [1]
+    held = locals()   # a user's own snapshot is kept as it is
+    names = dict(frames.local_items(sys._getframe()))
+    assert names["x"] is x and held["x"] is x
+
 def test_graph_dumps(dev):
     a = torch.randn(2, 3).to(dev)
     b = (a * 2).sum(dim=1)

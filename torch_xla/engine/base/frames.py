@@ -44,6 +44,23 @@ def user_frame(depth=1):
     return None
 
 
+def local_items(f):
+    """[(name, value)] of a running frame's locals, without keeping them alive.
+
+    Before Python 3.13, reading `f_locals` leaves a snapshot dict on the frame
+    that holds every local of that moment until the frame returns or is read
+    again: a loop's previous tensors (and their pending writes) stayed alive,
+    joined the next barrier's graph and made it a new one. The snapshot is
+    emptied after reading unless someone else holds it (`locals()` kept by the
+    user, a debugger) or the frame is traced (a trace function writes the dict
+    back into the frame)."""
+    d = f.f_locals
+    items = list(d.items())
+    if sys.version_info < (3, 13) and f.f_trace is None and sys.getrefcount(d) <= 3:   # the frame, `d` and the call
+        d.clear()
+    return items
+
+
 def user_src(depth=2):
     """(function, file, line) of the innermost frame outside torch and torch_xla."""
     f = user_frame(depth + 1)

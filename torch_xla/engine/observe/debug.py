@@ -551,7 +551,7 @@ def _input_tensors(g):
     while f is not None and seen < 12:
         if not _is_internal(f.f_code) and f.f_code.co_filename != __file__:
             seen += 1
-            for k, v in list(f.f_locals.items()):
+            for k, v in frames.local_items(f):
                 if k.startswith("__"):
                     continue
                 try:
