@@ -1,7 +1,7 @@
 """XLA:CPU options chosen per graph (compiler.CPU_OPTION_RULES): a graph holding
 a loop compiles with the fusion emitters off (much cheaper kernels for a loop
 body's stacked residuals); a graph whose values are all small compiles at
-backend optimisation level 0; others keep XLA's defaults. Values are the same
+backend optimisation level 0 with the fusion emitters off; others keep XLA's defaults. Values are the same
 either way."""
 import jax
 import pytest
@@ -12,7 +12,7 @@ from torch_xla.engine.compile import cache, compiler
 from torch_xla.experimental.scan import scan
 
 LOOP = {"xla_cpu_use_fusion_emitters": False}
-SMALL = {"xla_backend_optimization_level": 0}
+SMALL = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 evicted one alive (each holds JIT code mappings; keeping thousands of them ran
 a process out of memory maps in upstream's test_python_ops.py), and the
 xla::<op> counters still count every run."""
+import collections
 import gc
 import weakref
 
@@ -29,9 +30,9 @@ def test_evicted_executables_are_released_and_still_counted(dev, monkeypatch):
     assert y.cpu().shape == (36,)
 
 
-def test_cache_halves_when_memory_maps_run_short(dev, monkeypatch):
-    # past 3/4 of the kernel's map limit the oldest half of the cache is dropped
-    # (here the limit is pretended to be just above what the process uses)
+def test_oldest_executables_go_when_memory_maps_run_short(dev, monkeypatch):
+    # past 13/16 of the kernel's map limit the oldest executables are dropped, the
+    # newest kept (here the limit is pretended to be just above what the process uses)
     monkeypatch.setattr(cache, "_MAP_LIMIT", cache._maps_in_use() + 10)
     met.clear_counters()
     x = torch.randn(2).to(dev)
@@ -42,3 +43,29 @@ def test_cache_halves_when_memory_maps_run_short(dev, monkeypatch):
         torch_xla.sync()
     assert met.counter_value("CompilationCacheMapRelief") >= 1
     assert cache.size() < before + 64 and y.shape == (206,)
+
+
+def test_relief_drops_the_oldest_executables_it_must_and_no_more(monkeypatch):
+    # 100 cached executables of 40 maps each over 9,050 maps of the process's own:
+    # 13,050 in use against a limit of 16,000 is past 13/16 (13,000); back under
+    # 3/4 (12,000) takes dropping the 27 oldest
+    fake = collections.OrderedDict((i, object()) for i in range(100))
+    monkeypatch.setattr(cache, "_cache", fake)
+    monkeypatch.setattr(cache, "_MAP_LIMIT", 16_000)
+    monkeypatch.setattr(cache, "_maps_in_use", lambda: 9_050 + 40 * len(fake))
+    monkeypatch.setattr(cache, "_watch", {"compiles": 0, "next": 1, "used": 0, "at": 0, "rate": 64.0})
+    cache._watch_memory_maps()
+    assert list(fake) == list(range(27, 100))
+
+
+def test_maps_are_counted_before_the_limit_could_be_reached(monkeypatch):
+    # the next count comes before half of what is left below the limit could be
+    # used up at the largest growth per compile seen
+    monkeypatch.setattr(cache, "_MAP_LIMIT", 65530)
+    monkeypatch.setattr(cache, "_watch", {"compiles": 99, "next": 100, "used": 10_000, "at": 50, "rate": 64.0})
+    monkeypatch.setattr(cache, "_maps_in_use", lambda: 40_000)   # 600 maps per compile since the last count
+    cache._watch_memory_maps()
+    w = cache._watch
+    assert w["rate"] == 600 and w["used"] == 40_000
+    room = 65530 - 40_000
+    assert w["next"] == 100 + int(room / 1200)

@@ -61,17 +61,21 @@ def compile_graph(graph, inputs):
     _cache[graph.key] = exe
     while len(_cache) > max(CACHE_SIZE, 1):
         _cache.popitem(last=False)
-    _compiles[0] += 1
-    if _compiles[0] % 64 == 0:
-        _relieve_memory_maps()
+    _watch_memory_maps()
     return exe
 
 
-# XLA:CPU maps each executable's JIT code in its own memory regions (about 30
-# for a small graph). Thousands of cached executables can reach the kernel's
-# per-process map limit, after which LLVM fails ("Cannot allocate memory") and
-# the process dies; so past 3/4 of the limit the oldest half of the cache goes.
-_compiles = [0]
+# XLA:CPU maps each kernel's JIT code in memory regions of its own (three per
+# kernel: 20-70 for a small graph). Thousands of cached executables can reach the
+# kernel's per-process map limit, after which LLVM fails ("Cannot allocate
+# memory") and the process dies. So past 13/16 of the limit the oldest
+# executables go until the process is back under 3/4: a file of a thousand small
+# graphs compiled once and reused (upstream's test_python_ops) keeps them all.
+# Counting the maps reads /proc/self/maps (about 1.3 ms per thousand), so the
+# next count is scheduled from the largest growth per compile seen so far: at
+# most half of what is left below the limit could be used up before it (at most
+# 64 compiles apart).
+_watch = {"compiles": 0, "next": 1, "used": 0, "at": 0, "rate": 64.0}   # the first count is the baseline
 
 
 def _map_limit():
@@ -93,15 +97,41 @@ def _maps_in_use():
         return None
 
 
-def _relieve_memory_maps():
-    if not _MAP_LIMIT:
+def _watch_memory_maps():
+    w = _watch
+    w["compiles"] += 1
+    if w["compiles"] < w["next"] or not _MAP_LIMIT:
         return
     used = _maps_in_use()
-    if used is None or used < _MAP_LIMIT * 3 // 4:
+    if used is None:
+        w["next"] = float("inf")
         return
-    for _ in range(len(_cache) // 2):
-        _cache.popitem(last=False)
+    n = w["compiles"]
+    if w["at"] and n > w["at"] and used > w["used"]:
+        w["rate"] = max(w["rate"], (used - w["used"]) / (n - w["at"]))
+    if used >= _MAP_LIMIT * 13 // 16:
+        used = _relieve_memory_maps(used)
+    w["used"], w["at"] = used, n
+    room = _MAP_LIMIT - used
+    w["next"] = n + int(min(64, max(1, room / (2 * w["rate"]))))
+
+
+def _relieve_memory_maps(used):
+    """Drop the oldest executables until the maps in use are under 3/4 of the limit."""
+    target = _MAP_LIMIT * 3 // 4
     metrics.counter("CompilationCacheMapRelief")
+    while _cache and used >= target:
+        # maps per executable, over-estimated (the process's own maps counted in):
+        # each batch is at most what is needed
+        per = max(used / len(_cache), 1.0)
+        k = min(len(_cache), max(1, int((used - target) / per) + 1))
+        for _ in range(k):
+            _cache.popitem(last=False)
+        now = _maps_in_use()
+        if now is None or now >= used:   # nothing freed (held elsewhere): stop here
+            return used if now is None else now
+        used = now
+    return used
 
 
 def size():
