@@ -52,11 +52,12 @@ def local_items(f):
     again: a loop's previous tensors (and their pending writes) stayed alive,
     joined the next barrier's graph and made it a new one. The snapshot is
     emptied after reading unless someone else holds it (`locals()` kept by the
-    user, a debugger) or the frame is traced (a trace function writes the dict
-    back into the frame)."""
+    user, a debugger) or a Python-level trace or profile function is set (it
+    writes the dict back into the frame after each event)."""
     d = f.f_locals
     items = list(d.items())
-    if sys.version_info < (3, 13) and f.f_trace is None and sys.getrefcount(d) <= 3:   # the frame, `d` and the call
+    if sys.version_info < (3, 13) and f.f_trace is None and sys.gettrace() is None \
+            and sys.getprofile() is None and sys.getrefcount(d) <= 3:   # the frame, `d` and the call
         d.clear()
     return items
 
