@@ -121,6 +121,7 @@ def test_reading_a_frames_locals_leaves_yours_intact():
     names = dict(frames.local_items(sys._getframe()))
     assert names["x"] is x and held["x"] is x
 
+
 def test_graph_dumps(dev):
     a = torch.randn(2, 3).to(dev)
     b = (a * 2).sum(dim=1)

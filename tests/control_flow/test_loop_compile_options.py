@@ -1,8 +1,8 @@
 """XLA:CPU options chosen per graph (compiler.CPU_OPTION_RULES): a graph holding
 a loop compiles with the fusion emitters off (much cheaper kernels for a loop
 body's stacked residuals); a graph whose values are all small compiles at
-backend optimisation level 0 with the fusion emitters off; others keep XLA's defaults. Values are the same
-either way."""
+backend optimisation level 0 with the fusion emitters off; others keep XLA's
+defaults. Values are the same either way."""
 import jax
 import pytest
 import torch

@@ -31,8 +31,9 @@ def test_evicted_executables_are_released_and_still_counted(dev, monkeypatch):
 
 
 def test_oldest_executables_go_when_memory_maps_run_short(dev, monkeypatch):
-    # past 13/16 of the kernel's map limit the oldest executables are dropped, the
-    # newest kept (here the limit is pretended to be just above what the process uses)
+    # past 13/16 of the kernel's map limit the oldest executables are dropped (here
+    # the limit is pretended to be just above what the process uses, so the cache
+    # cannot get back under 3/4; which ones go is checked with a fake cache below)
     monkeypatch.setattr(cache, "_MAP_LIMIT", cache._maps_in_use() + 10)
     met.clear_counters()
     x = torch.randn(2).to(dev)

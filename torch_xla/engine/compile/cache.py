@@ -128,8 +128,10 @@ def _relieve_memory_maps(used):
         for _ in range(k):
             _cache.popitem(last=False)
         now = _maps_in_use()
-        if now is None or now >= used:   # nothing freed (held elsewhere): stop here
-            return used if now is None else now
+        if now is None:
+            return used
+        if now >= used:   # nothing freed (held elsewhere): stop here
+            return now
         used = now
     return used
 
