@@ -2,7 +2,8 @@
 a loop compiles with the fusion emitters off (much cheaper kernels for a loop
 body's stacked residuals); a graph whose values are all small compiles at
 backend optimisation level 0 with the fusion emitters off; others keep XLA's
-defaults. Values are the same either way."""
+defaults, and so does any graph deeper than a few hundred ops (the emitter used with
+the fusion emitters off recurses once per fused op). Values are the same either way."""
 import jax
 import pytest
 import torch
@@ -56,3 +57,29 @@ def test_small_graphs_compile_unoptimised_and_large_ones_with_defaults(seen):
     z = (big.to(d) * 3).sum(0)            # 8,192 elements: XLA's defaults
     torch.testing.assert_close(z.cpu(), (big * 3).sum(0))
     assert seen and all(o is None for o in seen)
+
+
+def _chain(x, n):
+    for _ in range(n // 2):
+        x = x * 1.0001
+        x = x + 0.5
+    return x
+
+
+def test_deep_graphs_keep_xla_default_emitters(seen):
+    # a longest path past compiler._MAX_DEPTH ops: XLA's defaults, small values or not
+    d = torch_xla.device()
+    x = torch.randn(16)
+    y = _chain(x.to(d), 2 * compiler._MAX_DEPTH + 2)
+    torch.testing.assert_close(y.cpu(), _chain(x, 2 * compiler._MAX_DEPTH + 2))
+    assert seen == [None]
+
+
+@pytest.mark.slow
+def test_a_chain_of_thousands_of_small_ops_compiles(seen):
+    # with the fusion emitters off, XLA:CPU's fused-loop emitter recursed once per op
+    # and overflowed its compile thread's stack near 5,800 ops (a segfault)
+    d = torch_xla.device()
+    x = torch.randn(16)
+    y = _chain(x.to(d), 6000)
+    torch.testing.assert_close(y.cpu(), _chain(x, 6000))

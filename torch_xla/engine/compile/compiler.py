@@ -57,11 +57,33 @@ class LocalJit(Compiler):
 #   are made, and LLVM's optimisation is a third of its compile: such graphs are
 #   compiled at backend optimisation level 0 and with the fusion emitters off too (30
 #   graphs of upstream's test_python_ops: 4.4 s of compile at level 0, 2.65 s with both).
+# - With the fusion emitters off, XLA:CPU emits a fused loop by recursing once per fused
+#   op, on compile threads whose stacks are a fixed 8 MiB: a chain of ~5,800 elementwise
+#   ops (a loop that never calls mark_step) overflowed it and killed the process. Neither
+#   rule applies to a graph deeper than _MAX_DEPTH ops; XLA's own emitters compile those
+#   (a 9,000-op chain: 7 s). Training steps are far shallower (MNIST CNN 27, the
+#   benchmarks' GPT 159).
 _SMALL_VALUE = 1 << 12   # elements
+_MAX_DEPTH = 500         # ops on the longest path; a few HLO levels each at most
+
+
+def _shallow(graph):
+    """Whether no path through the graph holds more than _MAX_DEPTH ops."""
+    depth = {}
+    for n in graph.order:
+        d = 1
+        for v in n.operands:
+            r = depth.get(id(v[0]), 0)
+            if r >= d:
+                d = r + 1
+        if d > _MAX_DEPTH:
+            return False
+        depth[id(n)] = d
+    return True
 
 
 def _loops(graph, text):
-    return "stablehlo.while" in text
+    return "stablehlo.while" in text and _shallow(graph)
 
 
 def _all_values_small(graph, text):
@@ -72,7 +94,7 @@ def _all_values_small(graph, text):
     for p in graph.params:
         if math.prod(p.entry[0]) > _SMALL_VALUE:
             return False
-    return True
+    return _shallow(graph)
 
 
 CPU_OPTION_RULES = [
