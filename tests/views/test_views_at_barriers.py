@@ -63,3 +63,35 @@ def test_reading_a_view_written_in_place_leaves_no_pending_write(dev):
     torch_xla.sync()        # the clone's scatter-back ran with the read
     assert met.metric_data("ExecuteTime") is None
     torch.testing.assert_close(ref.cpu(), want)
+
+
+def test_a_view_written_in_place_is_data_after_the_barrier(dev):
+    base = torch.arange(12.0).to(dev).reshape(3, 4)
+    view = base.t()
+    torch_xla.sync()                      # the view is data now
+    view.add_(1)                          # the view holds the add, the base its scatter back
+    torch_xla.sync()
+    text = _graph_text(view + 1)
+    assert "aten::t(" not in text and "aten::view(" not in text and "device_data" in text
+    torch.testing.assert_close(view.cpu(), torch.arange(12.0).reshape(3, 4).t() + 1)
+
+
+def test_gradient_accumulation_into_a_view_settles_on_one_graph(dev):
+    # Linear's weight gradient is a view (the transpose of a matmul); steps after the
+    # first accumulate into it in place. Upstream's test_grad_accum: two graphs in all
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(16, 4, bias=False)
+    xla = torch.nn.Linear(16, 4, bias=False).to(dev)
+    xla.load_state_dict(cpu.state_dict())
+    x = torch.rand(2, 16)
+    xd = x.to(dev)
+    met.clear_all()
+    for _ in range(4):
+        cpu(x).square().sum().backward()
+        xla(xd).square().sum().backward()
+        torch_xla.sync()
+    torch.testing.assert_close(xla.weight.grad.cpu(), cpu.weight.grad)
+    compiled = met.counter_value("UncachedCompile") or 0
+    cached = met.counter_value("CachedCompile") or 0
+    assert compiled + cached >= 4 and compiled <= 2, (compiled, cached)
+    assert met.metric_data("ExecuteTime")[0] >= 4

@@ -272,6 +272,11 @@ def assign(t, v, aval=None, fresh=False):
     assign(base, cur)
     t._v = v
     t._vgen = base._gen
+    if v[0].kind == ir.OP:
+        # a barrier computes it beside its base, as a view derived by reading: else the
+        # next graph re-derives it from the base (a gradient accumulated into a view
+        # alternated between two graphs, one more compile than upstream's)
+        tensor.pending_views.append(tensor._ref(t))
 
 
 # ---------------------------------------------------------------------------
