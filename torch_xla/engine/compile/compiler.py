@@ -59,10 +59,10 @@ class LocalJit(Compiler):
 #   graphs of upstream's test_python_ops: 4.4 s of compile at level 0, 2.65 s with both).
 # - With the fusion emitters off, XLA:CPU emits a fused loop by recursing once per fused
 #   op, on compile threads whose stacks are a fixed 8 MiB: a chain of ~5,800 elementwise
-#   ops (a loop that never calls mark_step) overflowed it and killed the process. Neither
-#   rule applies to a graph deeper than _MAX_DEPTH ops; XLA's own emitters compile those
-#   (a 9,000-op chain: 7 s). Training steps are far shallower (MNIST CNN 27, the
-#   benchmarks' GPT 159).
+#   ops (a loop that never calls mark_step) overflowed it and killed the process. No
+#   rule applies to a graph deeper than _MAX_DEPTH ops (_compile checks it once); XLA's
+#   own emitters compile those (a 9,000-op chain: 8 s). Training steps are far
+#   shallower (MNIST CNN 27, the benchmarks' GPT 159).
 _SMALL_VALUE = 1 << 12   # elements
 _MAX_DEPTH = 500         # ops on the longest path; a few HLO levels each at most
 
@@ -83,7 +83,7 @@ def _shallow(graph):
 
 
 def _loops(graph, text):
-    return "stablehlo.while" in text and _shallow(graph)
+    return "stablehlo.while" in text
 
 
 def _all_values_small(graph, text):
@@ -94,7 +94,7 @@ def _all_values_small(graph, text):
     for p in graph.params:
         if math.prod(p.entry[0]) > _SMALL_VALUE:
             return False
-    return _shallow(graph)
+    return True
 
 
 CPU_OPTION_RULES = [
@@ -112,7 +112,7 @@ def _compile(lowered, graph, text=None):
         for applies, opts in CPU_OPTION_RULES:
             if applies(graph, text):
                 options.update(opts)
-        if options:
+        if options and _shallow(graph):   # one depth walk, and only where a rule applies
             try:
                 return lowered.compile(compiler_options=options)
             except Exception as e:   # an XLA without these options: compile as usual from now on
