@@ -95,3 +95,31 @@ def test_gradient_accumulation_into_a_view_settles_on_one_graph(dev):
     cached = met.counter_value("CachedCompile") or 0
     assert compiled + cached >= 4 and compiled <= 2, (compiled, cached)
     assert met.metric_data("ExecuteTime")[0] >= 4
+
+
+def test_a_parameter_updated_in_place_is_one_output_of_the_step(dev, monkeypatch):
+    # parameters moved by .to() alias a base whole; computing the alias as a second
+    # output made XLA copy every updated parameter (and gradient) once more per step
+    from torch_xla.engine.lazy import executor
+    torch.manual_seed(0)
+    cpu = torch.nn.Conv2d(2, 3, 3)
+    xla = torch.nn.Conv2d(2, 3, 3).to(dev)
+    xla.load_state_dict(cpu.state_dict())
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (cpu, xla)]
+    x = torch.randn(2, 2, 6, 6)
+    xd = x.to(dev)
+    roots = []
+    run = executor.run
+    monkeypatch.setattr(executor, "run", lambda values, *a, **k: roots.append(len(values)) or run(values, *a, **k))
+    for _ in range(3):
+        for m, opt, inp in ((cpu, opts[0], x), (xla, opts[1], xd)):
+            opt.zero_grad()
+            m(inp).square().sum().backward()
+            opt.step()
+        torch_xla.sync()
+    # weight, bias, their momentum buffers and their gradients: 6 values, each once
+    assert roots[-1] == 6, roots
+    for p, q in zip(cpu.parameters(), xla.parameters()):
+        torch.testing.assert_close(q.cpu(), p, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4)
+        assert "device_data" in _graph_text(q + 1) and "aten::view" not in _graph_text(q + 1)

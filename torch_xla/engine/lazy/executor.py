@@ -232,7 +232,7 @@ def sync(tensors=None, wait=False, reason="user"):
             bases.reverse()
             full = True
             n_refs, n_dead = len(refs), len(refs) - len(seen)
-            views = _live_pending_views(bases)
+            views, aliases = _live_pending_views(bases)
         else:
             bases = []
             seen = set()
@@ -242,7 +242,7 @@ def sync(tensors=None, wait=False, reason="user"):
                     seen.add(id(b))
                     bases.append(b)
             full = False
-            views = ()
+            views = aliases = ()
             compact_pending()
         for group in device_groups.split(bases):
             values = [b._v for b in group]
@@ -255,6 +255,8 @@ def sync(tensors=None, wait=False, reason="user"):
             _store(group, values, outs)
             if vvals:
                 _store_views(views, vvals, outs[len(values):])
+            if aliases:
+                _store_aliases(aliases)
             metrics.metric("WrapXlaData", time.perf_counter_ns() - t_wrap)
         if wait:
             for b in bases:
@@ -343,13 +345,18 @@ def _written_in(value, device):
 
 def _live_pending_views(bases):
     """Live views whose cached value derives from a base this barrier computes (one
-    device only: views of several devices' bases keep being derived)."""
+    device only: views of several devices' bases keep being derived): (views the
+    graph computes as outputs of their own, whole-base aliases).
+
+    A view with no steps aliases its whole base (a parameter, a convolution's
+    gradient): it is not an output of its own, which made XLA copy the base's
+    result into a second buffer, but takes the base's new data after the run."""
     refs = tensor.pending_views[:]
     tensor.pending_views.clear()
     if not refs or device_groups.active:
-        return ()
+        return (), ()
     synced = {id(b) for b in bases}
-    out, seen = [], set()
+    out, aliases, seen = [], [], set()
     for r in refs:
         t = r()
         if t is None or id(t) in seen:
@@ -357,8 +364,11 @@ def _live_pending_views(bases):
         seen.add(id(t))
         b = t._xb
         if b is not None and id(b) in synced and t._vgen == b._gen and t._v[0].kind == ir.OP:
-            out.append(t)
-    return out
+            if t._chain:
+                out.append(t)
+            else:
+                aliases.append((t, t._v))
+    return out, aliases
 
 
 def _store_views(views, values, arrays):
@@ -366,6 +376,14 @@ def _store_views(views, values, arrays):
         if t._v is v:
             t._v = (ir.data_node(arr, *t._aval), 0)
             t._vgen = t._xb._gen
+
+
+def _store_aliases(aliases):
+    for t, v in aliases:
+        b = t._xb
+        if t._v is v and b._v[0].kind == ir.DATA:
+            t._v = b._v
+            t._vgen = b._gen
 
 
 def _store(bases, values, arrays):
