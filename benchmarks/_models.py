@@ -114,6 +114,144 @@ def jax_mnist(batch, with_loss=False):
     return out + (loss_fn,) if with_loss else out
 
 
+
+# ResNet-18 (He et al.): a 7x7 stem, max-pool, four stages of two basic blocks
+# (64, 128, 256, 512 channels), global average pool and a linear head. `width`
+# scales the channels (a CI-sized variant: width 1/8, 32x32 images).
+_RESNET_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))
+
+
+def _stages(width):
+    return tuple((max(int(c * width), 4), s) for c, s in _RESNET_STAGES)
+
+
+def torch_resnet18(batch, size=128, classes=100, width=1.0):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = F.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return F.relu(y + (x if self.down is None else self.down(x)))
+
+    stages = _stages(width)
+
+    class ResNet18(nn.Module):
+        def __init__(self):
+            super().__init__()
+            c0 = stages[0][0]
+            self.stem = nn.Sequential(nn.Conv2d(3, c0, 7, 2, 3, bias=False), nn.BatchNorm2d(c0), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+            blocks, cin = [], c0
+            for cout, stride in stages:
+                blocks += [Block(cin, cout, stride), Block(cout, cout, 1)]
+                cin = cout
+            self.blocks = nn.Sequential(*blocks)
+            self.fc = nn.Linear(cin, classes)
+
+        def forward(self, x):
+            x = self.blocks(self.stem(x))
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    return (ResNet18(), torch.randn(batch, 3, size, size), torch.randint(0, classes, (batch,)),
+            nn.CrossEntropyLoss())
+
+
+def jax_resnet18(batch, size=128, classes=100, width=1.0, with_loss=False):
+    """The same network in pure JAX: batch statistics in the forward pass and the
+    running statistics (and batch counts) updated as torch's training mode does.
+    The step takes and returns (params, momentum, running stats, x, y)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    rng = np.random.default_rng(0)
+
+    def conv_w(cout, cin, k):
+        scale = float(np.sqrt(2.0 / (cin * k * k)))
+        return jnp.asarray(rng.standard_normal((cout, cin, k, k), np.float32) * scale)
+
+    def bn(c):
+        return {"g": jnp.ones((c,), jnp.float32), "b": jnp.zeros((c,), jnp.float32)}
+
+    stages = _stages(width)
+    c0, cl = stages[0][0], stages[-1][0]
+    params = {"stem": conv_w(c0, 3, 7), "stem_bn": bn(c0), "blocks": [],
+              "fc": jnp.asarray(rng.standard_normal((cl, classes), np.float32) * 0.04),
+              "fc_b": jnp.zeros((classes,), jnp.float32)}
+    strides, cin = [], c0
+    for cout, stride in stages:
+        for s in (stride, 1):
+            blk = {"c1": conv_w(cout, cin, 3), "n1": bn(cout), "c2": conv_w(cout, cout, 3), "n2": bn(cout)}
+            if s != 1 or cin != cout:
+                blk["cd"], blk["nd"] = conv_w(cout, cin, 1), bn(cout)
+            params["blocks"].append(blk)
+            strides.append(s)
+            cin = cout
+
+    def conv(x, w, stride, pad):
+        return lax.conv_general_dilated(x, w, (stride, stride), [(pad, pad), (pad, pad)],
+                                        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    def norm(x, p, st, new):
+        n = x.shape[0] * x.shape[2] * x.shape[3]
+        mean = x.mean((0, 2, 3), keepdims=True)
+        var = ((x - mean) ** 2).mean((0, 2, 3), keepdims=True)
+        m, v = lax.stop_gradient(mean.reshape(-1)), lax.stop_gradient(var.reshape(-1))
+        new.append({"mean": 0.9 * st["mean"] + 0.1 * m, "var": 0.9 * st["var"] + 0.1 * v * (n / (n - 1)),
+                    "n": st["n"] + 1})
+        y = (x - mean) * lax.rsqrt(var + 1e-5)
+        return y * p["g"][None, :, None, None] + p["b"][None, :, None, None]
+
+    def loss_fn(p, stats, x, y):
+        new, it = [], iter(stats)
+        h = jax.nn.relu(norm(conv(x, p["stem"], 2, 3), p["stem_bn"], next(it), new))
+        h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2), [(0, 0), (0, 0), (1, 1), (1, 1)])
+        for blk, s in zip(p["blocks"], strides):
+            o = jax.nn.relu(norm(conv(h, blk["c1"], s, 1), blk["n1"], next(it), new))
+            o = norm(conv(o, blk["c2"], 1, 1), blk["n2"], next(it), new)
+            if "cd" in blk:
+                h = norm(conv(h, blk["cd"], s, 0), blk["nd"], next(it), new)
+            h = jax.nn.relu(o + h)
+        logits = h.mean((2, 3)) @ p["fc"] + p["fc_b"]
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], 1)), new
+
+    def bn_state(c):
+        return {"mean": jnp.zeros((c,), jnp.float32), "var": jnp.ones((c,), jnp.float32),
+                "n": jnp.zeros((), jnp.int32)}
+
+    stats = [bn_state(stages[0][0])]
+    for blk in params["blocks"]:
+        c = blk["n1"]["g"].shape[0]
+        stats += [bn_state(c), bn_state(c)] + ([bn_state(c)] if "cd" in blk else [])
+
+    @jax.jit
+    def step(params, bufs, stats, x, y):
+        (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, y)
+        bufs = jax.tree_util.tree_map(lambda b, g: 0.9 * b + g, bufs, grads)
+        params = jax.tree_util.tree_map(lambda p, b: p - 0.01 * b, params, bufs)
+        return params, bufs, stats, x, y
+
+    x = jnp.asarray(rng.standard_normal((batch, 3, size, size), np.float32))
+    y = jnp.asarray(rng.integers(0, classes, batch))
+    bufs = jax.tree_util.tree_map(jnp.zeros_like, params)
+    out = step, (params, bufs, stats, x, y)
+    return out + (loss_fn,) if with_loss else out
+
+
 def torch_gpt(batch, seq=64, vocab=512, d=128, heads=4, layers=2, blocks="torch"):
     """A small causal decoder (token + position embeddings, pre-norm blocks,
     tied output head); its loss is token cross-entropy, so both the embedding

@@ -11,6 +11,9 @@ batch sizes and step counts as the other competitors. argv[1] is a JSON object:
   {"mode": "compile", "side": "xla", "kind": k, "batch": b, "steps": N}
       one model's first / second / steady step in this fresh process; no
       persistent cache (xr.initialize_cache is never called)
+  {"mode": "cache", "kind": k, "batch": b, "path": dir, "started": t}
+      xr.initialize_cache(dir), then the first training step and the steady
+      step (bench_resnet's persistent-cache section)
 
 Prints one JSON line."""
 import json

@@ -72,7 +72,7 @@ import numpy as np  # noqa: F401  (the models need it; fail early if missing)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _models import jax_mlp, jax_mnist, torch_gpt, torch_mlp, torch_mnist  # noqa: E402
+from _models import jax_mlp, jax_mnist, jax_resnet18, torch_gpt, torch_mlp, torch_mnist, torch_resnet18  # noqa: E402
 from _timing import run_json  # noqa: E402
 
 MODELS = (("mlp", 256, "MLP 4x512, batch 256"),
@@ -148,6 +148,11 @@ def bench_tracing(n_ops=3000, reps=10):
     return statistics.median(trace) * 1e6, statistics.median(total) * 1e6
 
 
+def _tiny(resnet):
+    """The CI-sized ResNet-18 of bench_resnet --quick: 1/8 of the channels, 32x32 images."""
+    return lambda batch: resnet(batch, size=32, width=0.125)
+
+
 def _torch_step(kind, batch, on_xla, gpt_blocks="explicit"):
     """One SGD-momentum training step of the PyTorch model, eager CPU or XLA
     (then ending in xm.mark_step()). Runs under upstream torch_xla too."""
@@ -155,7 +160,8 @@ def _torch_step(kind, batch, on_xla, gpt_blocks="explicit"):
     if kind == "gpt":
         model, data, target, loss_fn = torch_gpt(batch, blocks=gpt_blocks)
     else:
-        model, data, target, loss_fn = {"mlp": torch_mlp, "mnist": torch_mnist}[kind](batch)
+        model, data, target, loss_fn = {"mlp": torch_mlp, "mnist": torch_mnist, "resnet18": torch_resnet18,
+                                        "resnet_tiny": _tiny(torch_resnet18)}[kind](batch)
     barrier = lambda: None  # noqa: E731
     if on_xla:
         import torch_xla
@@ -182,7 +188,8 @@ def _jax_step(kind, batch):
         step_fn = _sgd_momentum(loss_fn)
         state = (params, jax.tree_util.tree_map(lambda a: a * 0, params), idx, tgt)
     else:
-        step_fn, state = (jax_mlp if kind == "mlp" else jax_mnist)(batch)
+        step_fn, state = {"mlp": jax_mlp, "mnist": jax_mnist, "resnet18": jax_resnet18,
+                          "resnet_tiny": _tiny(jax_resnet18)}[kind](batch)
     holder = {"s": state}
 
     def step():
@@ -256,6 +263,46 @@ def compile_point(side, kind, batch, steps):
     return out
 
 
+def eager_point(kind, batch, steps, threads=None):
+    """Eager PyTorch on the CPU in this (fresh) process: first step and steady step."""
+    import torch
+    if threads:
+        torch.set_num_threads(threads)
+    step = _torch_step(kind, batch, False)
+    t0 = time.perf_counter()
+    step()
+    first = time.perf_counter() - t0
+    return {"first": first, "steady": timeit(step, steps, warmup=1), "threads": torch.get_num_threads()}
+
+
+def cache_point(kind, batch, path, started, steps=2):
+    """A process with the persistent compilation cache at `path` (xr.initialize_cache,
+    before any computation). Its first training step (trace, compile or load,
+    execute, wait; the model is built and moved to the device before), the
+    steady step after it, and the time from `started` (the parent's clock just
+    before it launched this process) to the first step's end."""
+    import torch_xla.runtime as xr
+    xr.initialize_cache(path)
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    step = _torch_step(kind, batch, True)
+    xm.wait_device_ops()
+    t0 = time.perf_counter()
+    step()
+    xm.wait_device_ops()
+    first = time.perf_counter() - t0
+    since_start = time.time() - started
+    data = met.metric_data("CompileTime")
+    out = {"first": first, "since_start": since_start,
+           "compile_metric": data[1] / 1e9 if data else 0.0,
+           "hits": met.counter_value("PersistentCacheHit") or 0,
+           "misses": met.counter_value("PersistentCacheMiss") or 0}
+    step()                       # the second step's graph (optimizer state now exists)
+    xm.wait_device_ops()
+    out["steady"] = timeit(step, steps, warmup=1, sync=xm.wait_device_ops, reps=1)
+    return out
+
+
 def versions_here():
     import jax
     import torch
@@ -311,6 +358,10 @@ def worker_main(args):
     or a compile point of ours / JAX): -> a JSON-able dict."""
     if args.get("mode") == "compile":
         return compile_point(args["side"], args["kind"], args["batch"], args["steps"])
+    if args.get("mode") == "eager":
+        return eager_point(args["kind"], args["batch"], args["steps"], args.get("threads"))
+    if args.get("mode") == "cache":
+        return cache_point(args["kind"], args["batch"], args["path"], args["started"])
     import torch
     import torch_xla
     out = {"versions": {"torch": torch.__version__, "torch_xla": torch_xla.__version__,

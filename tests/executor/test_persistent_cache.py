@@ -17,6 +17,13 @@ import torch_xla, torch_xla.core.xla_model as xm, torch_xla.runtime as xr, torch
 if {init!r}:
     xr.initialize_cache({path!r}, readonly={ro!r})
 from nets import MNIST
+from torch_xla.engine.lazy import tracing
+checks = [0]
+_check = tracing._check_entry
+def counted(*a):
+    checks[0] += 1
+    return _check(*a)
+tracing._check_entry = counted
 dev = torch_xla.device()
 torch.manual_seed(0)
 m = MNIST().to(dev)
@@ -31,7 +38,7 @@ for s in range(3):
     times.append(time.perf_counter() - t0)
 c = met.metric_data("CompileTime")
 print("RESULT", times[0], l, met.counter_value("PersistentCacheHit") or 0,
-      met.counter_value("PersistentCacheMiss") or 0, c[1] / 1e9 if c else 0.0)
+      met.counter_value("PersistentCacheMiss") or 0, c[1] / 1e9 if c else 0.0, checks[0])
 """
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
@@ -44,8 +51,9 @@ def _train(path, ro=False, init=True, env=None):
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True,
                        text=True, timeout=200)
     assert p.returncode == 0, p.stderr[-3000:]
-    m = re.search(r"RESULT (\S+) (\S+) (\d+) (\d+) (\S+)", p.stdout)
-    first, loss, hit, miss, compile_s = m.groups()
+    m = re.search(r"RESULT (\S+) (\S+) (\d+) (\d+) (\S+) (\d+)", p.stdout)
+    first, loss, hit, miss, compile_s, checks = m.groups()
+    _train.checks = int(checks)     # lowering checks the process ran
     return float(first), float(loss), int(hit), int(miss), float(compile_s)
 
 
@@ -54,9 +62,12 @@ def test_second_process_compiles_nothing(tmp_path):
     first1, loss1, hit1, miss1, comp1 = _train(cache)
     assert hit1 == 0 and miss1 == 2          # step 1 and step 2 graphs (optimizer state appears)
     assert any(n.startswith("torch_xla-") for n in os.listdir(cache))
+    checks1 = _train.checks
     first2, loss2, hit2, miss2, comp2 = _train(cache)
     assert (hit2, miss2) == (2, 0)
     assert loss1 == loss2
+    # the first process's lowering checks were kept with its executables: none ran again
+    assert checks1 > 20 and _train.checks == 0, (checks1, _train.checks)
     print(f"first step {first1:.3f}s -> {first2:.3f}s ({first1 / first2:.1f}x); "
           f"compile {comp1:.3f}s -> {comp2:.3f}s ({comp1 / comp2:.1f}x)")
     # the hit/miss counts above are the assertion; speed ratios belong to benchmarks (a

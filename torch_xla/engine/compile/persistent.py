@@ -199,6 +199,7 @@ def load(graph, inputs):
 def store(digest, compiled):
     if digest is None or _state["readonly"] or _state["path"] is None:
         return
+    _save_checks()
     try:
         import pickle
         import tempfile
@@ -208,5 +209,70 @@ def store(digest, compiled):
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         os.replace(tmp, _entry_path(digest))
+    except Exception:  # noqa: BLE001 - caching is best effort
+        pass
+
+
+# ---------------------------------------------------------------------------
+# Lowering checks already passed. Each new (op, arguments) signature is checked
+# once per process by tracing its rule abstractly (tracing._check_entry, a few
+# ms of JAX tracing each); a process that then loads every executable from this
+# cache spent most of its first step on them. An earlier process's outcomes
+# (passed, with these dtype fix-ups) are kept beside the executables, under the
+# same digest of the engine's source and versions, so a later one skips them.
+
+_checks = {"known": None, "new": {}}
+
+
+def _checks_path():
+    return os.path.join(_state["path"], f"torch_xla-checks-{_environment().hex()[:32]}.pkl")
+
+
+def _read_checks():
+    import pickle
+    try:
+        with open(_checks_path(), "rb") as f:
+            known = pickle.load(f)
+        return known if isinstance(known, dict) else {}
+    except Exception:  # noqa: BLE001 - missing, stale or torn: check again
+        return {}
+
+
+def checked(name, key_repr):
+    """-> (True, cast) when an earlier process with this engine checked the
+    signature (cast: its dtype fix-ups), else (False, None)."""
+    if not _usable() or " at 0x" in key_repr:
+        return False, None
+    known = _checks["known"]
+    if known is None:
+        known = _checks["known"] = _read_checks()
+    k = (name, key_repr)
+    if k in known:
+        return True, known[k]
+    return False, None
+
+
+def record_check(name, key_repr, cast):
+    if _usable() and " at 0x" not in key_repr:
+        _checks["new"][(name, key_repr)] = cast
+
+
+def _save_checks():
+    """With each new executable: merge this process's new checks into the file."""
+    new = _checks["new"]
+    if not new:
+        return
+    try:
+        import pickle
+        import tempfile
+        merged = _read_checks()
+        merged.update(new)
+        fd, tmp = tempfile.mkstemp(dir=_state["path"], prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(merged, f)
+        os.replace(tmp, _checks_path())
+        if _checks["known"] is not None:
+            _checks["known"].update(new)
+        _checks["new"] = {}
     except Exception:  # noqa: BLE001 - caching is best effort
         pass

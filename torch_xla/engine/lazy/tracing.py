@@ -13,6 +13,7 @@ import torch
 from ..base import config
 from ..base.dtypes import to_jax
 from ..base.frames import where
+from ..compile import persistent
 from ..ir import node as ir
 from ..ir.node import _scalar_cache
 from ..ops import checks
@@ -282,7 +283,8 @@ def make_entry(info, key, args, kwargs):
     e.static_key = key
     # repr: ints hash modulo 2**61-1, so hash(2**63-1) == hash(3) and a[1:] would
     # share a graph key with a[1:3]
-    e.hash = hash((info.name, repr(key)))
+    key_repr = repr(key)
+    e.hash = hash((info.name, key_repr))
     e.out_avals = avals
     e.out_struct = struct
     e.template = tmpl
@@ -299,7 +301,12 @@ def make_entry(info, key, args, kwargs):
         except Exception:  # noqa: BLE001
             pass
     if not config.flag("XLA_SKIP_LOWERING_CHECK"):
-        _check_entry(e, args, kwargs)
+        known, cast = persistent.checked(info.name, key_repr)
+        if known:
+            e.cast = cast
+        else:
+            _check_entry(e, args, kwargs)
+            persistent.record_check(info.name, key_repr, e.cast)
     return e
 
 

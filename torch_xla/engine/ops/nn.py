@@ -87,6 +87,56 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
     return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
 
 
+def _weight_grad_by_offsets(grad, x, kernel, stride, padding, dilation):
+    """A convolution's weight gradient as one dot per kernel offset: for offset
+    k, dw[:, :, k] contracts the output gradient with the (strided) window of
+    the padded input that offset reads, over batch and output positions."""
+    nd = len(kernel)
+    out_sp = grad.shape[2:]
+    xp = jnp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    lead = (0,) + tuple(range(2, 2 + nd))
+    low = jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else None
+    cols = []
+    for off in np.ndindex(*kernel):
+        start = [0, 0] + [o * d for o, d in zip(off, dilation)]
+        limit = list(x.shape[:2]) + [st + (n - 1) * s + 1 for st, n, s in zip(start[2:], out_sp, stride)]
+        win = lax.slice(xp, start, limit, [1, 1] + list(stride))
+        cols.append(lax.dot_general(grad, win, ((lead, lead), ((), ())), precision=_prec(x.dtype),
+                                    preferred_element_type=low))
+    gw = jnp.stack(cols, axis=-1).reshape(grad.shape[1], x.shape[1], *kernel)
+    return gw.astype(x.dtype)
+
+
+def _offsets_pay(grad_shape, cin, kernel):
+    """Each offset's dot costs XLA:CPU compile time (~0.02 s); up to 3x3 kernels, or
+    where the gradient is big enough (a ResNet stem) that run time dominates."""
+    offsets = int(np.prod(kernel))
+    return offsets <= 9 or 2 * int(np.prod(grad_shape)) * cin * offsets >= 5e8
+
+
+@lower("convolution_backward", platform="cpu")
+def _convolution_backward_cpu(grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                              groups, output_mask):
+    """On XLA:CPU the weight gradient of a plain convolution runs as per-offset
+    dots: XLA's own form of it (a convolution over the batch) ran 1.2-1.9x slower
+    than the dots on ResNet-18's 3x3 shapes and ~2x on its 7x7 stem."""
+    nd = x.ndim - 2
+    k = tuple(w.shape[2:])
+    st, pd, dl = (_norm(v, nd) for v in (stride, padding, dilation))
+    if not output_mask[1] or transposed or groups != 1 or nd > 3 or all(n == 1 for n in k) and not any(pd) \
+            or not _offsets_pay(grad.shape, x.shape[1], k):
+        return _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
+                                     output_padding, groups, output_mask)
+    dt = x.dtype
+    grad = grad.astype(dt)
+    gx = None
+    if output_mask[0]:
+        gx = vjp_of(lambda x_: _conv(x_, w, st, pd, dl, False, output_padding, 1), (x,), grad)[0]
+    gw = _weight_grad_by_offsets(grad, x, k, st, pd, dl).astype(w.dtype)
+    gb = jnp.sum(grad, axis=(0,) + tuple(range(2, grad.ndim))) if output_mask[2] else None
+    return gx, gw, gb
+
+
 # -- pooling -----------------------------------------------------------------
 
 def _norm(v, nd):
