@@ -341,16 +341,23 @@ def upstream(args, timeout=1800):
     return res
 
 
+def point(args, timeout=900):
+    """One measurement (worker_main's args) in a fresh process of this project's
+    Python, with no persistent cache: -> its dict, or None (said why) on failure."""
+    res = run_json([sys.executable, os.path.abspath(__file__), "--point", json.dumps(args)], _clean_env(),
+                   timeout, cwd=HERE)
+    if "error" in res:
+        print(f"  ({args['mode']} point for {args['kind']} failed: {res['error']})", flush=True)
+        return None
+    return res
+
+
 def compile_subprocess(side, kind, batch, steps):
     args = {"mode": "compile", "side": "xla" if side == "upstream" else side,
             "kind": kind, "batch": batch, "steps": steps}
     if side == "upstream":
         return upstream(args, timeout=900)
-    res = run_json([sys.executable, os.path.abspath(__file__), "--point", json.dumps(args)], _clean_env(), 900, cwd=HERE)
-    if "error" in res:
-        print(f"  ({side} compile point for {kind} failed: {res['error']})", flush=True)
-        return None
-    return res
+    return point(args)
 
 
 def worker_main(args):

@@ -34,24 +34,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_core  # noqa: E402
-from _timing import run_json  # noqa: E402
 
 TARGET_CACHE_FIRST_STEP = 1.0   # seconds, second process
-
-
-def _ours(args, timeout=1800):
-    res = run_json([sys.executable, os.path.join(HERE, "bench_core.py"), "--point", bench_core.json.dumps(args)],
-                   bench_core._clean_env(), timeout, cwd=HERE)
-    if "error" in res:
-        print(f"  ({args['mode']} point failed: {res['error']})", flush=True)
-        return None
-    return res
 
 
 def _side(side, args, with_upstream):
     if side == "upstream":
         return bench_core.upstream(args, timeout=1800) if with_upstream else None
-    return _ours(args)
+    return bench_core.point(args, timeout=1800)
 
 
 def _f(x, fmt="{:8.2f}s"):
@@ -74,7 +64,7 @@ def resnet_section(kind, batch, steps, with_upstream):
     for threads in (None, 1):
         name = "eager" if threads is None else "eager-1"
         print(f"  [{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-        res[name] = _ours({"mode": "eager", "kind": kind, "batch": batch, "steps": steps, "threads": threads})
+        res[name] = bench_core.point({"mode": "eager", "kind": kind, "batch": batch, "steps": steps, "threads": threads})
 
     print(f"  {'side':<26}{'1st step':>10}{'2nd step':>10}{'steady ms':>11}{'compile':>10}{'graphs':>8}"
           f"{'CompileTime':>13}")
@@ -84,7 +74,7 @@ def resnet_section(kind, batch, steps, with_upstream):
         if not r:
             print(f"  {label:<26}not run")
             continue
-        if side == "eager-1" or side == "eager":
+        if side in ("eager", "eager-1"):   # the label says how many threads torch used
             label = f"eager CPU, {r['threads']} thread{'s' if r['threads'] > 1 else ''}"
             print(f"  {label:<26}{_f(r['first'])}{'':>10}{r['steady'] * 1e3:11.1f}")
             continue

@@ -238,10 +238,15 @@ def _read_checks():
         return {}
 
 
+def _keeps(key_repr):
+    # a key that names an object by address means nothing to another process
+    return _usable() and " at 0x" not in key_repr
+
+
 def checked(name, key_repr):
     """-> (True, cast) when an earlier process with this engine checked the
     signature (cast: its dtype fix-ups), else (False, None)."""
-    if not _usable() or " at 0x" in key_repr:
+    if not _keeps(key_repr):
         return False, None
     known = _checks["known"]
     if known is None:
@@ -253,7 +258,7 @@ def checked(name, key_repr):
 
 
 def record_check(name, key_repr, cast):
-    if _usable() and " at 0x" not in key_repr:
+    if _keeps(key_repr):
         _checks["new"][(name, key_repr)] = cast
 
 

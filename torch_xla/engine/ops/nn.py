@@ -83,8 +83,11 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
     def f(x_, w_):
         return _conv(x_, w_, stride, padding, dilation, transposed, output_padding, groups)
     gx, gw = vjp_of(f, (x, w), grad)
-    gb = jnp.sum(grad, axis=(0,) + tuple(range(2, grad.ndim))) if output_mask[2] else None
-    return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
+    return (gx if output_mask[0] else None, gw if output_mask[1] else None, _bias_grad(grad, output_mask))
+
+
+def _bias_grad(grad, output_mask):
+    return jnp.sum(grad, axis=(0,) + tuple(range(2, grad.ndim))) if output_mask[2] else None
 
 
 def _weight_grad_by_offsets(grad, x, kernel, stride, padding, dilation):
@@ -127,14 +130,12 @@ def _convolution_backward_cpu(grad, x, w, bias_sizes, stride, padding, dilation,
             or not _offsets_pay(grad.shape, x.shape[1], k):
         return _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                                      output_padding, groups, output_mask)
-    dt = x.dtype
-    grad = grad.astype(dt)
+    grad = grad.astype(x.dtype)
     gx = None
     if output_mask[0]:
         gx = vjp_of(lambda x_: _conv(x_, w, st, pd, dl, False, output_padding, 1), (x,), grad)[0]
     gw = _weight_grad_by_offsets(grad, x, k, st, pd, dl).astype(w.dtype)
-    gb = jnp.sum(grad, axis=(0,) + tuple(range(2, grad.ndim))) if output_mask[2] else None
-    return gx, gw, gb
+    return gx, gw, _bias_grad(grad, output_mask)
 
 
 # -- pooling -----------------------------------------------------------------
