@@ -19,7 +19,10 @@ Models (SGD momentum, lr 0.01, momentum 0.9, for every competitor):
     blocks, tied head, token cross-entropy)
 
 Sections:
-  [tracing]            3,000-op scalar chain, graph cached: Python time per traced op.
+  [tracing]            3,000-op scalar chain, graph cached: Python time per traced op;
+                       beside it torch's own cost on the same chain: eager CPU, and a
+                       wrapper subclass whose __torch_dispatch__ only makes its output
+                       (the least a Python tracer can pay per op on this torch).
   [per-step tracing]   one training step's Python time, from its first op to the
                        return of xm.mark_step() (the graph is dispatched, not waited
                        for); before each measured step the previous step's execution
@@ -119,26 +122,26 @@ def step_tracing(step, sync, reps):
     return statistics.median(times)
 
 
+def _chain(y, n_ops):
+    for _ in range(n_ops // 2):
+        y = y * 1.0001
+        y = y + 0.5
+    return y
+
+
 def bench_tracing(n_ops=3000, reps=10):
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
     dev = torch_xla.device()
     x = torch.randn(16, device=dev)
-
-    def chain(y):
-        for _ in range(n_ops // 2):
-            y = y * 1.0001
-            y = y + 0.5
-        return y
-
     for _ in range(3):
-        chain(x)
+        _chain(x, n_ops)
         xm.mark_step()
     trace, total = [], []
     for _ in range(reps):
         t0 = time.perf_counter()
-        chain(x)
+        _chain(x, n_ops)
         t1 = time.perf_counter()
         xm.mark_step()
         xm.wait_device_ops()
@@ -146,6 +149,36 @@ def bench_tracing(n_ops=3000, reps=10):
         trace.append((t1 - t0) / n_ops)
         total.append((t2 - t0) / n_ops)
     return statistics.median(trace) * 1e6, statistics.median(total) * 1e6
+
+
+def bench_dispatch_floor(n_ops=3000, reps=10):
+    """What torch itself costs per op on the same chain, us/op (median):
+    eager CPU tensors, and the least a Python __torch_dispatch__ tracer can do
+    on this torch -- a wrapper subclass on the xla device whose handler only
+    makes the output tensor (shape, dtype and device precomputed; nothing
+    recorded). The target of the [tracing] section is measured against it."""
+    import torch
+    import torch_xla
+    dev, shape, dtype = torch_xla.device(), (16,), torch.float32
+    make = torch.Tensor._make_wrapper_subclass
+
+    class Floor(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            return make(Floor, shape, dtype=dtype, device=dev)
+
+    out = []
+    for x in (torch.randn(shape), make(Floor, shape, dtype=dtype, device=dev)):
+        _chain(x, n_ops)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            _chain(x, n_ops)
+            times.append((time.perf_counter() - t0) / n_ops)
+        out.append(statistics.median(times) * 1e6)
+    return tuple(out)
 
 
 def _tiny(resnet):
@@ -442,6 +475,7 @@ def measure(a, steps, trace_reps, reps):
 
     progress("tracing chain")
     res["tracing"]["ours"], res["tracing"]["ours_total"] = bench_tracing()
+    res["tracing"]["eager"], res["tracing"]["floor"] = bench_dispatch_floor()
     for kind, batch in models:
         progress(f"{kind}: pure JAX, torch_xla, eager CPU")
         r = {"jax": bench_jax_step(kind, batch, steps, reps)}
@@ -492,6 +526,10 @@ def report(res, title):
     if up_trace is not None:
         print(f"  upstream torch_xla 2.9: {up_trace:.2f} us/op traced   torch_xla/upstream "
               f"{tr['ours'] / up_trace:.2f}")
+    if tr.get("floor") is not None:
+        print(f"  torch alone: eager CPU {tr['eager']:.2f} us/op; a __torch_dispatch__ subclass that only "
+              f"makes its output {tr['floor']:.2f} us/op (the floor of any Python tracer on this torch); "
+              f"torch_xla/floor {tr['ours'] / tr['floor']:.2f}")
 
     rows = res["models"]
     has_up = any(r.get("up") for r in rows.values())

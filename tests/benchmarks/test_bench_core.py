@@ -35,6 +35,8 @@ def test_bench_core_quick_prints_every_section():
     for section in ("[tracing]", "[per-step tracing]", "[cached training step]", "[compile]", "[index checks]"):
         assert section in text, text
     assert re.search(r"us/op traced .*target <= 6 us/op: (PASS|MISS)", text), text
+    floor = re.search(r"eager CPU ([\d.]+) us/op; a __torch_dispatch__ subclass .* ([\d.]+) us/op \(the floor", text)
+    assert floor and 0 < float(floor.group(1)) and 0 < float(floor.group(2)), text
     assert "target: torch_xla/upstream <= 0.75" in text, text
     assert "target: torch_xla/JAX <= 1.05" in text, text
     cached = text.split("[cached training step]")[1].split("[compile]")[0]
