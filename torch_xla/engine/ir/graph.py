@@ -131,6 +131,15 @@ class Graph:
         self.donated = tuple(donated)
         self._key = None
 
+    def permute_roots(self, perm):
+        """Compute the roots in the order perm lists them (the same nodes and
+        parameters; only the outputs' order, and so the key, changes)."""
+        n = len(self.roots)
+        tail = self.sig[len(self.sig) - n:]
+        self.roots = [self.roots[i] for i in perm]
+        self.sig[len(self.sig) - n:] = [tail[i] for i in perm]
+        self._key = None
+
     @property
     def key(self):
         """The structural key: equal keys, same executable."""

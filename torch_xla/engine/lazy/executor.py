@@ -68,6 +68,9 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
         marked = donation.marked_params(g) if (donate or donation.enabled()) else ()
         if marked:
             g.donate(sorted(set(g.donated) | set(marked)))
+        perm = _donor_order(g, owners, n_roots) if g.donated else None
+        if perm is not None:
+            g.permute_roots(perm)
         key = g.key
         exe = cache.lookup(key)
         if not mode.allow_execution():
@@ -116,12 +119,43 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             events.emit("executed", graph=g, executable=exe, reason=reason)
         for i in g.donated:
             donation.consumed(g.params[i])
+        if perm is not None:
+            back = [None] * len(outs)
+            for k, i in enumerate(perm):
+                back[i] = outs[k]
+            outs = back
         # executions on a device run in launch order: the latest outputs stand for all
         _in_flight[:] = outs
         if check_values:
             index_checks.deliver(outs[n_roots:], check_infos)
             outs = outs[:n_roots]
         return outs
+
+
+def _donor_order(g, owners, n_roots):
+    """The order to compute the roots in so that each tensor written in place
+    gets its own donated buffer, or None when it already does.
+
+    JAX pairs a donated input with the first output of the same shape and dtype
+    that is not yet paired. Gradients and other new tensors of a parameter's
+    shape, earlier in the roots, would take the parameters' buffers, and XLA
+    then copies every parameter before the step overwrites it (2 copies per
+    weight, each its size). So the owners' new values go first, in the order of
+    the inputs they replace."""
+    index = {id(g.params[i]): i for i in g.donated}
+    first = []
+    for k in range(min(len(owners), n_roots)):
+        j = index.get(id(getattr(owners[k], "_last_data", None)))
+        if j is not None:
+            first.append((j, k))
+    if not first:
+        return None
+    first.sort()
+    lead = [k for _, k in first]
+    if lead == list(range(len(lead))):
+        return None
+    taken = set(lead)
+    return lead + [k for k in range(len(g.roots)) if k not in taken]
 
 
 _pool_cache = collections.OrderedDict()   # (device, dtype, bytes) -> device array
