@@ -58,17 +58,16 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             check_values, check_infos = index_checks.take_pending(g, full=False)
             if check_values:
                 g = Graph.capture(list(root_values) + check_values, device)
+        writers = None   # id of an owner's previous data -> the owner's root index
         if donate and _donate_ok and owners:
-            dset = {id(t._last_data) for t in owners if getattr(t, "_last_data", None) is not None
-                    and t._last_data.exclusive}
-            if dset:
-                g.donate(i for i, p in enumerate(g.params) if id(p) in dset)
+            writers = _writers(owners)
+            g.donate(i for i, p in enumerate(g.params) if id(p) in writers and p.exclusive)
         # explicit donors (_set_buffer_donation): a full barrier honours them; a
         # partial sync only with alias_with_buffer_donor_config on (as upstream)
         marked = donation.marked_params(g) if (donate or donation.enabled()) else ()
         if marked:
             g.donate(sorted(set(g.donated) | set(marked)))
-        perm = _donor_order(g, owners, n_roots) if g.donated else None
+        perm = _donor_order(g, writers if writers is not None else _writers(owners)) if g.donated else None
         if perm is not None:
             g.permute_roots(perm)
         key = g.key
@@ -132,7 +131,12 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
         return outs
 
 
-def _donor_order(g, owners, n_roots):
+def _writers(owners):
+    """id of each owner's data before this step's writes -> the owner's index (its root's)."""
+    return {id(t._last_data): k for k, t in enumerate(owners) if getattr(t, "_last_data", None) is not None}
+
+
+def _donor_order(g, writers):
     """The order to compute the roots in so that each tensor written in place
     gets its own donated buffer, or None when it already does.
 
@@ -141,17 +145,8 @@ def _donor_order(g, owners, n_roots):
     shape, earlier in the roots, would take the parameters' buffers, and XLA
     then copies every parameter before the step overwrites it (2 copies per
     weight, each its size). So the owners' new values go first, in the order of
-    the inputs they replace."""
-    index = {id(g.params[i]): i for i in g.donated}
-    first = []
-    for k in range(min(len(owners), n_roots)):
-        j = index.get(id(getattr(owners[k], "_last_data", None)))
-        if j is not None:
-            first.append((j, k))
-    if not first:
-        return None
-    first.sort()
-    lead = [k for _, k in first]
+    the inputs they replace (g.donated is in parameter order)."""
+    lead = [k for k in (writers.get(id(g.params[i])) for i in g.donated) if k is not None]
     if lead == list(range(len(lead))):
         return None
     taken = set(lead)
