@@ -3,8 +3,6 @@ every section prints, each target line shows the issue's value and a verdict, an
 compile section measured both torch graphs of a fresh process with no disk cache."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -23,13 +21,8 @@ def test_median_tree_takes_each_value_median(monkeypatch):
 
 
 @pytest.mark.slow
-def test_bench_core_quick_prints_every_section():
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("UPSTREAM_PYTHON", "XLA_PERSISTENT_CACHE_PATH", "PJRT_DEVICE", "CPU_NUM_DEVICES")}
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_core.py"), "--quick"],
-                         capture_output=True, text=True, timeout=600, env=env)
-    text = out.stdout
-    assert out.returncode == 0, text[-3000:] + out.stderr[-3000:]
+def test_bench_core_quick_prints_every_section(run_quick):
+    text = run_quick("bench_core.py")
     assert re.search(r"^date: \d{4}-", text, re.M) and re.search(r"^machine: \d+ cores", text, re.M), text
     assert "upstream: not run" in text, text
     for section in ("[tracing]", "[per-step tracing]", "[cached training step]", "[compile]", "[index checks]"):
