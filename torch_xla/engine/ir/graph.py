@@ -4,8 +4,11 @@
 and records what every consumer needs: the op nodes in execution order, the
 device-data leaves (parameters) and scalar leaves in first-use order, and the
 structural signature. Two graphs share an executable exactly when their keys
-are equal: the key is each node's hash plus the positions of its operands, so
-it depends on ops, static arguments and input avals, never on input values.
+are equal: the key lists each node's hash and, for every operand, the position
+of the node it reads and which output, so it depends on ops, static arguments
+and input avals, never on input values. The list parses back unambiguously
+(a leaf is `hash, -1`; an op `hash, n, position, output, ...` for its n
+operands; the roots close it), so two different wirings never share a key.
 
 The executor compiles and runs it, the persistent cache keys it by `digest`,
 graph dumps render `nodes`, `_XLAC._get_graph_hash` prints `key`.
@@ -85,6 +88,7 @@ class Graph:
                 pos[id(root)] = len(pos)
                 (params if root.kind == DATA else scalars).append(root)
                 sig.append(root.hash)
+                sig.append(-1)
                 continue
             stack = [[root, 0]]
             while stack:
@@ -103,15 +107,19 @@ class Graph:
                         pos[id(child)] = len(pos)
                         (params if child.kind == DATA else scalars).append(child)
                         sig.append(child.hash)
+                        sig.append(-1)
                 else:
                     stack.pop()
                     pos[id(node)] = len(pos)
                     order.append(node)
                     sig.append(node.hash)
+                    sig.append(len(operands))
                     for v in operands:
-                        sig.append(pos[id(v[0])] * 16 + v[1])
+                        sig.append(pos[id(v[0])])
+                        sig.append(v[1])
         for rv in roots:
-            sig.append(pos[id(rv[0])] * 16 + rv[1])
+            sig.append(pos[id(rv[0])])
+            sig.append(rv[1])
         g.roots = roots
         g.order = order
         g.pos = pos
@@ -134,10 +142,10 @@ class Graph:
     def permute_roots(self, perm):
         """Compute the roots in the order perm lists them (the same nodes and
         parameters; only the outputs' order, and so the key, changes)."""
-        n = len(self.roots)
+        n = 2 * len(self.roots)   # each root is (position, output) at the end of sig
         tail = self.sig[len(self.sig) - n:]
         self.roots = [self.roots[i] for i in perm]
-        self.sig[len(self.sig) - n:] = [tail[i] for i in perm]
+        self.sig[len(self.sig) - n:] = [x for i in perm for x in tail[2 * i:2 * i + 2]]
         self._key = None
 
     @property
