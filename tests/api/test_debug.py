@@ -197,7 +197,7 @@ def test_save_hlo_file_on_failure(tmp_path, dev, monkeypatch):
     b = a + 1
     f = tmp_path / "failed.hlo"
     monkeypatch.setenv("XLA_SAVE_HLO_FILE", str(f))
-    path = graph_dump.save_failing_hlo([b._v], "compile", RuntimeError("boom"))
+    path = graph_dump.save_failing_hlo([b._lazy.value], "compile", RuntimeError("boom"))
     assert path == str(f)
     text = f.read_text()
     assert "failed to compile: RuntimeError: boom" in text and "HloModule" in text

@@ -217,7 +217,7 @@ def test_lowering_failure_names_op_shapes_and_line(dev, monkeypatch):
         raise ValueError("rule exploded")
 
     func = torch.ops.aten.erfinv.default
-    monkeypatch.setitem(tensor._handlers, func, dispatch._functional_handler(OpInfo("erfinv", func, broken)))
+    monkeypatch.setitem(tensor._handlers, func, dispatch.functional_handler(OpInfo("erfinv", func, broken)))
     x = torch.ones(2, 7, device=dev)
     with pytest.raises(RuntimeError) as err:
         torch.erfinv(x)

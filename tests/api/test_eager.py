@@ -52,10 +52,10 @@ def test_eager_op_runs_at_once(dev):
     a = torch.randn(3, 3).to(dev)
     with exp.eager_mode_context(True):
         b = a @ a
-        assert b._v[0].kind == 0          # device data already
+        assert b._lazy.value[0].kind == 0          # device data already
         assert torch_xla._XLAC._get_use_eager_mode()
     c = b + 1
-    assert c._v[0].kind == 2              # lazy again
+    assert c._lazy.value[0].kind == 2              # lazy again
     assert torch.allclose(c.cpu(), a.cpu() @ a.cpu() + 1, atol=1e-5)
 
 
@@ -100,7 +100,7 @@ def test_eager_debug_mode_env():
     code = ("import torch, torch_xla, torch_xla.debug.metrics as met\n"
             "a = torch.randn(2, 2).to(torch_xla.device())\n"
             "b = a * 2\n"
-            "assert b._v[0].kind == 0, 'not executed'\n"
+            "assert b._lazy.value[0].kind == 0, 'not executed'\n"
             "print('eager', torch_xla._XLAC._get_use_eager_mode(), 'EagerOpExecuteTime' in met.metric_names())\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, XLA_USE_EAGER_DEBUG_MODE="1", JAX_PLATFORMS="cpu"))

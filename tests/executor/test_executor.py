@@ -12,7 +12,7 @@ import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 from torch_xla.engine.compile import cache
 from torch_xla.engine.ir import node as ir
-from torch_xla.engine.lazy import executor
+from torch_xla.engine.lazy import executor, launch
 
 
 def _step(x, w):
@@ -25,11 +25,11 @@ def test_graph_hash_stable_across_steps_and_changes_with_shape(dev):
     for i in range(3):
         loss = _step(torch.full((2, 4), float(i)).to(dev), w)
         xm.mark_step()
-        hashes.append(executor.last_graph_info["hash"])
+        hashes.append(launch.last_graph_info["hash"])
     assert hashes[0] == hashes[1] == hashes[2]
     loss = _step(torch.ones(3, 4).to(dev), w)
     xm.mark_step()
-    assert executor.last_graph_info["hash"] != hashes[0]
+    assert launch.last_graph_info["hash"] != hashes[0]
     assert met.counter_value("UncachedCompile") == 2
     assert met.counter_value("CachedCompile") == 2
     del loss
@@ -49,10 +49,10 @@ def test_same_inputs_different_wiring_do_not_share_an_executable(dev):
 def test_ops_are_lazy_until_a_barrier(dev):
     x = torch.ones(3, device=dev)
     y = x * 2 + 1
-    assert y._v[0].kind == ir.OP  # recorded, not run
+    assert y._lazy.value[0].kind == ir.OP  # recorded, not run
     assert met.counter_value("UncachedCompile") is None
     xm.mark_step()
-    assert y._v[0].kind == ir.DATA
+    assert y._lazy.value[0].kind == ir.DATA
     assert met.counter_value("MarkStep") == 1
     assert y.cpu().tolist() == [3.0, 3.0, 3.0]
 
@@ -64,7 +64,7 @@ def test_mark_step_is_asynchronous_and_wait_device_ops_blocks(dev):
         a = a @ a
         a = a / a.abs().max()
     xm.mark_step()
-    arr = a._v[0].data  # the tensor now holds the execution's output future
+    arr = a._lazy.value[0].data  # the tensor now holds the execution's output future
     xm.wait_device_ops()
     assert arr.is_ready()
     torch_xla.sync(wait=True)
@@ -76,16 +76,16 @@ def test_host_read_executes_only_what_it_needs(dev):
     needed = x + 1
     other = x * 100  # pending, not needed by the read below
     assert needed.sum().item() == 8.0
-    assert other._v[0].kind == ir.OP  # still pending: the read ran only its own graph
+    assert other._lazy.value[0].kind == ir.OP  # still pending: the read ran only its own graph
     xm.mark_step()
-    assert other._v[0].kind == ir.DATA
+    assert other._lazy.value[0].kind == ir.DATA
 
 
 def test_step_closures_run_in_order_after_the_barrier(dev):
     seen = []
     x = torch.tensor([1.0], device=dev)
     y = x * 3
-    xm.add_step_closure(lambda t: seen.append(("first", t._v[0].kind, t.item())), args=(y,))
+    xm.add_step_closure(lambda t: seen.append(("first", t._lazy.value[0].kind, t.item())), args=(y,))
     xm.add_step_closure(lambda: seen.append(("second",)))
     assert seen == []
     xm.mark_step()
@@ -180,16 +180,16 @@ def test_torch_xla_compile_decorator_and_context(dev):
         return a * 2 + 1
 
     out = f(torch.ones(2, device=dev))
-    assert out._v[0].kind == ir.DATA  # synced when f returned
+    assert out._lazy.value[0].kind == ir.DATA  # synced when f returned
     with torch_xla.compile():
         z = torch.ones(2, device=dev) * 5
-    assert z._v[0].kind == ir.DATA
+    assert z._lazy.value[0].kind == ir.DATA
     before = torch.ones(2, device=dev) * 7      # pending from before the step
     met.clear_counters()
     with torch_xla.step():                        # syncs it on entry, the step's work on exit
-        assert before._v[0].kind == ir.DATA
+        assert before._lazy.value[0].kind == ir.DATA
         q = torch.ones(2, device=dev) - 1
-    assert q._v[0].kind == ir.DATA and q.cpu().tolist() == [0.0, 0.0]
+    assert q._lazy.value[0].kind == ir.DATA and q.cpu().tolist() == [0.0, 0.0]
     assert met.counter_value("MarkStep") == 2
 
 
@@ -260,7 +260,7 @@ def test_root_order_follows_the_latest_writes(dev):
     b = torch.ones(3).to(dev) * 2       # pending
     a += 5                              # a becomes pending after b
     roots = executor.pending_roots(None)
-    assert [r[0] for r in roots][-2:] == [b._v[0], a._v[0]]
+    assert [r[0] for r in roots][-2:] == [b._lazy.value[0], a._lazy.value[0]]
     xm.mark_step()
     assert a.cpu().tolist() == [5.0] * 3 and b.cpu().tolist() == [2.0] * 3
 
@@ -276,7 +276,7 @@ def test_a_read_in_a_loop_without_barriers_does_not_rerun_earlier_iterations(dev
         ref = ref * 2 + 1
         assert x.sum().item() == ref.sum().item()
     assert met.counter_value("UncachedCompile") <= 2   # the first step, then one graph for all
-    assert executor.last_graph_info["n_nodes"] <= 4
+    assert launch.last_graph_info["n_nodes"] <= 4
     torch.testing.assert_close(x.cpu(), ref)
 
 
@@ -287,7 +287,7 @@ def test_exit_waits_for_the_last_launched_execution():
     for _ in range(6):
         x = torch.tanh(x @ x / 600)
     torch_xla.sync()
-    arrays = list(executor._in_flight)
+    arrays = list(launch.in_flight)
     assert arrays
     executor._drain_at_exit()
     assert all(a.is_ready() for a in arrays)

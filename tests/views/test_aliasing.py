@@ -400,13 +400,23 @@ def test_copied_buffers_are_not_donated(dev):
     xm.mark_step()
     b.add_(1)          # b's previous buffer is a's: it must not be donated
     xm.mark_step()
-    c = torch.zeros(3, device=dev)
-    c.data = a
-    c.mul_(5)
-    xm.mark_step()
-    assert a.cpu().tolist() == [1.0, 1.0, 1.0]
     assert b.cpu().tolist() == [2.0, 2.0, 2.0]
-    assert c.cpu().tolist() == [5.0, 5.0, 5.0]
+    assert a.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_data_assignment_shares_storage_as_in_eager(dev):
+    def run(d):
+        a = torch.ones(3, device=d)
+        c = torch.zeros(3, device=d)
+        c.data = a          # c reads a's storage from now on
+        c.mul_(5)
+        a.add_(1)
+        v = c[1:]           # a view of the shared storage
+        v.sub_(2)
+        return [t.cpu().tolist() for t in (a, c, v)]
+    got = run(dev)
+    xm.mark_step()
+    assert got == run("cpu") == [[6.0, 4.0, 4.0], [6.0, 4.0, 4.0], [4.0, 4.0]]
 
 
 def test_views_report_eager_layout(dev):

@@ -138,13 +138,13 @@ class CompiledGraph:
         sig = _signature(args)
         entry = self.steps.get(sig)
         if entry is not None:
-            step, kind = entry
+            step, kind, layout = entry
             if step.replayable and (not step.views or step.accepts(args)):
                 if config.skip_input_data_check:
                     _refuse_pending_inputs(args)
                 _metrics.counter("DynamoReplayedGraph")
                 outs = step.run(args)
-                return self._rebuild(step, kind, outs)
+                return self._rebuild(layout, kind, outs)
             _metrics.counter("DynamoLazyGraph")
             flat = self._call_module(*args)
             return self._pack(flat, kind)
@@ -152,14 +152,14 @@ class CompiledGraph:
         self._kind = None
         step, flat = _api.capture_step(self._call_module, args)
         kind = self._kind
+        layout = None   # (number of outputs, [(position, value) of each non-tensor output])
         if step.replayable:
-            nontensor = [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)]
-            step.extra = (len(flat), nontensor)
+            layout = (len(flat), [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)])
         else:
             _metrics.counter("DynamoLazyGraph")
             if _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) >= 1:
                 print(f"pt-xla-profiler: dynamo graph runs lazily on every call: {step.why}")
-        self.steps[sig] = (step, kind)
+        self.steps[sig] = (step, kind, layout)
         return self._pack(flat, kind)
 
     @staticmethod
@@ -168,8 +168,8 @@ class CompiledGraph:
             return flat[0]
         return kind(flat) if kind in (list, tuple) else list(flat)
 
-    def _rebuild(self, step, kind, outs):
-        n, nontensor = step.extra
+    def _rebuild(self, layout, kind, outs):
+        n, nontensor = layout
         flat = [None] * n
         fixed = dict(nontensor)
         it = iter(outs)

@@ -560,8 +560,8 @@ def check_view_sharing(obj):
             return
         seen.add(id(t))
         if t.device.type == "xla":
-            base = getattr(t, "_xb", None)
-            alias = None if base is None else ("xla", id(base))
+            storage = _api.view_alias_id(t)
+            alias = ("xla", storage) if storage else None
         else:
             alias = ("torch", t.untyped_storage().data_ptr())
         if alias is None:

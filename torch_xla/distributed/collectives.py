@@ -57,8 +57,9 @@ def _check_xla(t, what):
 
 
 def _assign(t, new):
-    if t._aval != new._aval:
-        raise RuntimeError(f"torch_xla: cannot write a {new._aval} result into a {t._aval} tensor")
+    if _api.tensor_aval(t) != _api.tensor_aval(new):
+        raise RuntimeError(f"torch_xla: cannot write a {_api.tensor_aval(new)} result into a "
+                           f"{_api.tensor_aval(t)} tensor")
     _api.assign(t, new)
 
 

@@ -14,7 +14,9 @@ from .compile import cache as _cache
 from .ir import node as _node
 from .ir.graph import Graph
 from .lazy import executor as _executor
+from .lazy import launch as _launch
 from .lazy import mode as _mode
+from .lazy import state as _state
 from .lazy.handlers import random as _random
 from .observe import debug as _debug
 from .observe import spmd_report as _spmd_report
@@ -45,7 +47,7 @@ def start():
     donation.register_op()
     _persistent.from_env()
     if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
-        _mode.set_eager(True)
+        set_eager_mode(True)
 
 
 # -- barriers and execution ----------------------------------------------------
@@ -80,7 +82,7 @@ def run_step_closures():
 
 
 def last_graph_info():
-    return dict(_executor.last_graph_info)
+    return dict(_launch.last_graph_info)
 
 
 def compiled_graph_count():
@@ -111,10 +113,9 @@ def data_handle(t):
     """An opaque handle of the device data t reads (its data leaf's identity);
     RuntimeError when that buffer was donated to a graph that ran."""
     from .lazy import donation
-    base = t if getattr(t, "_xb", None) is None else t._xb
-    v = getattr(base, "_v", None)
-    if v is None:
+    if not is_xla_tensor(t):
         raise RuntimeError("_get_tensors_handle: not an XLA tensor")
+    v = _state.base_of(t).value
     if donation.is_consumed(v[0]):
         raise RuntimeError(f"torch_xla: the buffer of this tensor (shape {list(t.shape)}) is deleted: "
                            "it was donated to a graph that already ran")
@@ -175,17 +176,14 @@ def op_trace(tensors=None):
 def tensors_report(nodes_threshold=100, device=""):
     """Upstream's _xla_tensors_report: the IR of every live XLA tensor (on
     `device`, when given) with more than `nodes_threshold` nodes."""
-    import gc
     from .lazy import tensor as _t
-    from .lazy.transfers import value_of
     want = str(device) if device else None
-    live = [o for o in gc.get_objects() if type(o) is _t.XLATensor]
     pairs = []
-    for t in live:
+    for t in _t.live_tensors():
         if want is not None and str(t.device) != want:
             continue
         try:
-            pairs.append((t, value_of(t)))
+            pairs.append((t, _state.value_of(t)))
         except Exception:  # noqa: BLE001  (a tensor mid-construction or donated)
             continue
     return _dump.tensors_report(pairs, nodes_threshold)
@@ -198,7 +196,8 @@ def explain_recompilations(last=None):
 # -- trace mode ------------------------------------------------------------------
 
 def set_eager_mode(enable):
-    _mode.set_eager(enable)
+    from .lazy import eager
+    eager.set_eager(enable)
 
 
 def is_eager_mode():
@@ -257,8 +256,8 @@ def addressable_device_count():
 
 
 def check_device_index(device):
-    """ValueError unless `device` is this process's one XLA device (xla / xla:0)."""
-    from .lazy.device import check_index
+    """IndexError (also a ValueError) unless this process addresses `device`."""
+    from .lazy.device_groups import check_index
     check_index(device)
 
 
@@ -295,8 +294,7 @@ def device_array(t):
 
 def value_node(t):
     """The IR node holding an XLA tensor's current value (views re-derived)."""
-    from .lazy.transfers import value_of
-    return value_of(t)[0]
+    return _state.value_of(t)[0]
 
 
 def is_pending_node(node):
@@ -309,8 +307,8 @@ def is_data_node(node):
 
 def export_array(t):
     """The jax.Array of an XLA tensor's value in its PyTorch dtype (DLPack export)."""
-    from .lazy.tensor import _export_array
-    return _export_array(t)
+    from .lazy.tensor import export_array
+    return export_array(t)
 
 
 def trace_collective(info, args, kwargs):
@@ -323,7 +321,7 @@ def trace_collective(info, args, kwargs):
 def assign(t, value_tensor):
     """Write `value_tensor`'s value into `t` in place (views scatter into their base)."""
     from .lazy.views import assign as _assign
-    _assign(t, value_tensor._v)
+    _assign(t, _state.value_of(value_tensor))
 
 
 def optimization_barrier_(tensors):
@@ -418,11 +416,10 @@ def needs_materialization(t):
     """Whether XLA tensor t's value is pending IR (reading it would run a graph)."""
     if not is_xla_tensor(t):
         return False
-    base = t if t._xb is None else t._xb
-    return base._v[0].kind == _node.OP
+    return _state.base_of(t).is_pending
 
 
-# -- dynamo / torch_xla.compile replay (issue 11, branch dyn2) -------------------------
+# -- torch_xla.compile(replay=True) ------------------------------------------------------
 
 def capture_call(fn, args, kwargs, after_trace=None):
     """torch_xla.compile(replay=True): trace fn(*args, **kwargs) lazily and
@@ -432,10 +429,16 @@ def capture_call(fn, args, kwargs, after_trace=None):
     return _capture_call(fn, args, kwargs, after_trace)
 
 
+def view_alias_id(t):
+    """Upstream's _xla_get_tensor_view_alias_id: 0 for a tensor that is not a
+    view, else an id its base's storage shares with every view of it."""
+    s = t._lazy
+    return 0 if type(s) is _state.Base else id(s.base)
+
+
 def has_pending_ir(t):
     """True when XLA tensor t's value (its base's, for a view) is still pending IR."""
-    b = t if t._xb is None else t._xb
-    return b._v[0].kind == _node.OP
+    return _state.base_of(t).is_pending
 
 
 def on_dynamo_import(hook):
@@ -448,14 +451,14 @@ def on_dynamo_import(hook):
 def tensor_debug_info(t):
     """Upstream's `_get_xla_tensor_debug_info` text: 'XLAData: None' while the
     tensor's value is pending IR, the device data's shape once it is computed."""
-    b = t if t._xb is None else t._xb
-    node = b._v[0]
+    b = _state.base_of(t)
+    node = b.value[0]
     lines = ["XLATensor {", f"TensorID: {id(b)}", f"Device: {jax_platform().upper()}:0",
-             f"XLA Shape: {_dump.xla_shape(*b._aval)}"]
+             f"XLA Shape: {_dump.xla_shape(*b.aval)}"]
     if node.kind == _node.OP:
         lines += ["ValueNode: " + node.entry.name, "XLAData: None"]
     else:
-        lines += ["ValueNode: None", "XLAData: ", f"  Data Shape: {_dump.xla_shape(*b._aval)}"]
+        lines += ["ValueNode: None", "XLAData: ", f"  Data Shape: {_dump.xla_shape(*b.aval)}"]
     return "\n".join(lines + ["}"])
 
 
@@ -552,11 +555,11 @@ def placeholder_tensor(shape, dtype):
 
 
 def is_placeholder(t):
-    """Whether t (a base tensor) is a data leaf without data (a placeholder)."""
-    from .ir import node as ir
-    base = t if getattr(t, "_xb", None) is None else t._xb
-    v = getattr(base, "_v", None)
-    return v is not None and v[0].kind == ir.DATA and v[0].data is None
+    """Whether t's storage is a data leaf without data (a placeholder)."""
+    if not is_xla_tensor(t):
+        return False
+    v = _state.base_of(t).value
+    return v[0].kind == _node.DATA and v[0].data is None
 
 
 def scan(fn_flat, n_carry, init, xs, reverse=False, body_cache=None, remat=False):
@@ -593,19 +596,12 @@ def apply_pure(handle, tensors, rng_seed=None):
     return control_flow.apply_pure(handle, tensors, rng_seed)
 
 
-def capture_function(fn_flat, in_avals, name="function"):
-    """Sub-graph capture: trace fn_flat on placeholders of `in_avals`; -> subgraph.Body
-    (its `graph`, `jax_fn()`, `ext_avals`, `out_avals`)."""
-    from .lazy import subgraph
-    return subgraph.capture(fn_flat, list(in_avals), name)
-
-
 def tensor_aval(t):
     """(shape tuple, torch dtype) of an XLA tensor."""
-    return t._aval
+    return t._lazy.aval
 
 
 def static_key(x):
     """A cache-key part for a non-tensor argument: its value when hashable, else its identity."""
-    from .lazy.handlers.control_flow import _static_key
+    from .lazy.handlers.control_flow import static_key as _static_key
     return _static_key(x)

@@ -1,9 +1,9 @@
 """Executables by graph key: an in-memory LRU, then the persistent disk cache,
 then the process's compile strategy.
 
-`get(graph, inputs)` -> (Executable, compiled_now). A hit in memory costs one
-dictionary lookup; a miss consults the disk cache (when `xr.initialize_cache`
-turned it on) before compiling.
+`lookup(key)` finds a compiled graph (one dictionary probe); `compile_graph(graph,
+inputs)` makes one, from the disk cache when `xr.initialize_cache` turned it on,
+else with the strategy. lazy/launch.py is their caller.
 """
 import collections
 import threading
@@ -13,17 +13,14 @@ from ..base import config, metrics, profiling
 from ..runtime import topology
 from . import compiler, persistent
 
-lock = threading.RLock()   # held by the executor around lookup, compile and launch
+lock = threading.RLock()   # held around lookup, compile and launch (lazy/launch.py)
 _cache = collections.OrderedDict()
 CACHE_SIZE = config.integer("XLA_COMPILATION_CACHE_SIZE", 2048)
 
 
 class Executable:
-    """A compiled graph and what the executor needs to run it."""
+    """A compiled graph and what its launch needs: `compiled(*inputs)` runs it."""
     __slots__ = ("compiled", "n_out", "hash", "donated", "n_params", "__weakref__")
-
-    def __call__(self, *inputs):
-        return self.compiled(*inputs)
 
 
 def lookup(key):

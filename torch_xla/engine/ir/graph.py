@@ -66,6 +66,26 @@ def op_scope(node):
     return scope
 
 
+class Key:
+    """A graph's structural key: equal keys, same executable. Its hash is
+    computed once, so a graph run many times (a replayed step) is looked up at
+    the cost of one dictionary probe."""
+    __slots__ = ("sig", "h")
+
+    def __init__(self, sig):
+        self.sig = sig
+        self.h = hash(sig)
+
+    def __hash__(self):
+        return self.h
+
+    def __eq__(self, other):
+        return self is other or (type(other) is Key and self.h == other.h and self.sig == other.sig)
+
+    def __repr__(self):
+        return repr(self.sig)
+
+
 class Graph:
     """The IR below `roots` (a list of (node, output index) values)."""
     __slots__ = ("roots", "order", "pos", "params", "scalars", "sig", "donated", "_key", "_nodes", "device")
@@ -157,7 +177,7 @@ class Graph:
                 k = k + (("donate",) + self.donated,)
             if self.device:
                 k = k + (("device", self.device),)
-            self._key = k
+            self._key = Key(k)
         return self._key
 
     def digest(self, salt=b"", inputs=None):
@@ -215,15 +235,19 @@ class Graph:
             by[s.entry].append(s.data)
         return [np.asarray(by[p], dtype=p) for p in sorted(by)]
 
-    def inputs(self):
-        """The arrays fed to the compiled program: parameters, then scalar pools.
-        A placeholder leaf (shape and dtype, no data) can be traced, never run."""
+    def param_arrays(self):
+        """The device arrays of the parameters, in order. A placeholder leaf
+        (shape and dtype, no data) can be traced, never run."""
         arrays = [p.data for p in self.params]
         for p, a in zip(self.params, arrays):
             if a is None:
                 raise RuntimeError(f"torch_xla: a placeholder tensor ({xla_shape(*p.entry)}) has no data: "
                                    "it can be traced (graph text, HLO) but not computed or read")
-        return arrays + self.pool_arrays()
+        return arrays
+
+    def inputs(self):
+        """The arrays fed to the compiled program: parameters, then scalar pools."""
+        return self.param_arrays() + self.pool_arrays()
 
     def input_specs(self, to_jax):
         """Abstract inputs (jax.ShapeDtypeStruct) for lowering without running;

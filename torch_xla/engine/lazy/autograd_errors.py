@@ -9,6 +9,7 @@ returns to the user's thread, the recorded error is raised there instead.
 import threading
 
 import torch
+import torch.autograd.graph  # noqa: F401  (install wraps its engine entry)
 
 _state = threading.local()
 _lock = threading.Lock()
@@ -19,24 +20,29 @@ def on_worker_thread():
     return isinstance(threading.current_thread(), threading._DummyThread)
 
 
+def _meta(a):
+    if isinstance(a, torch.Tensor):
+        return torch.empty(a.shape, dtype=a.dtype, device="meta") if a.device.type == "xla" else a
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta(x) for x in a)
+    if isinstance(a, torch.device) and a.type == "xla":
+        return torch.device("meta")
+    return a
+
+
 def defer(func, args, kwargs, exc):
     """Record exc; return zero placeholders shaped like func's outputs."""
     with _lock:
         if not _pending:
             _pending.append(exc)
-    from .tracing import _meta_arg
-    from . import dispatch
     try:
-        margs = tuple(_meta_arg(a) for a in args)
-        mkw = {k: _meta_arg(v) for k, v in kwargs.items()}
-        out = func(*margs, **mkw)
+        out = func(*_meta(tuple(args)), **{k: _meta(v) for k, v in kwargs.items()})
     except Exception:  # noqa: BLE001
         return args[0] if args and isinstance(args[0], torch.Tensor) else None
 
     def make(o):
         if isinstance(o, torch.Tensor):
-            return dispatch._call(torch.ops.aten.zeros.default, (list(o.shape),),
-                                  {"dtype": o.dtype, "device": torch.device("xla", 0)})
+            return torch.zeros(o.shape, dtype=o.dtype, device="xla")
         if isinstance(o, (list, tuple)):
             return type(o)(make(x) for x in o)
         return o
@@ -57,7 +63,7 @@ def raise_pending():
 
 def install():
     """Wrap autograd's engine entry so recorded errors surface in the caller."""
-    import torch.autograd.graph as graph
+    graph = torch.autograd.graph
     if getattr(graph, "_torch_xla_wrapped", False) or not hasattr(graph, "_engine_run_backward"):
         return
     original = graph._engine_run_backward
@@ -72,7 +78,7 @@ def install():
         return out
 
     graph._engine_run_backward = _engine_run_backward
-    import torch.autograd as ag
+    ag = torch.autograd
     if getattr(ag, "_engine_run_backward", None) is original:
         ag._engine_run_backward = _engine_run_backward
     graph._torch_xla_wrapped = True

@@ -14,13 +14,12 @@ import collections
 import itertools
 
 from ..base import metrics
-from ..compile import cache
 from ..ir import node as ir
 from ..ir.graph import Graph, xla_shape
-from ..runtime.platform import jax_device
-from . import executor, tensor
+from . import executor, launch, state
+from .state import Base, value_of
+from .tensor import XLATensor, live_tensors, new_base
 from .transfers import device_array, upload_array
-from .views import view_value
 
 SEED_INFO_ID = -127389   # upstream's id of the base-seed graph input
 _ids = itertools.count(1)
@@ -30,7 +29,7 @@ _MAX_GRAPHS = 1024
 
 def tensor_id(t):
     """A unique, stable id of XLA tensor t (upstream's XLATensor id)."""
-    i = getattr(t, "_xla_tensor_id", None)
+    i = t.__dict__.get("_xla_tensor_id")
     if i is None:
         i = next(_ids)
         t._xla_tensor_id = i
@@ -39,15 +38,14 @@ def tensor_id(t):
 
 def _owners():
     """data node id -> the live base tensor holding it (one with an id first)."""
-    from .replay import _live_tensors
     out = {}
-    for t in _live_tensors():
-        if t._xb is not None or t._v[0].kind != ir.DATA:
+    for t in live_tensors():
+        s = t._lazy
+        if type(s) is not Base or s.value[0].kind != ir.DATA:
             continue
-        k = id(t._v[0])
+        k = id(s.value[0])
         prev = out.get(k)
-        if prev is None or (getattr(prev, "_xla_tensor_id", None) is None
-                            and getattr(t, "_xla_tensor_id", None) is not None):
+        if prev is None or ("_xla_tensor_id" not in prev.__dict__ and "_xla_tensor_id" in t.__dict__):
             out[k] = t
     return out
 
@@ -61,7 +59,7 @@ def graph_inputs(tensors):
     for p in g.params:
         t = owners.get(id(p))
         if t is None:   # data no live tensor holds (a constant the trace made)
-            t = tensor.new_base((p, 0), p.entry)
+            t = new_base((p, 0), p.entry)
         ids.append(tensor_id(t))
         vals.append(t)
     return ids, vals
@@ -70,24 +68,12 @@ def graph_inputs(tensors):
 def _outputs(tensors):
     roots, seen = [], set()
     for t in tensors:
-        v = t._v if t._xb is None else view_value(t)
+        v = value_of(t)
         if v[0].kind != ir.OP or (id(v[0]), v[1]) in seen:
             continue
         seen.add((id(v[0]), v[1]))
         roots.append(v)
     return roots
-
-
-def _executable(g, inputs):
-    with cache.lock:
-        exe = cache.lookup(g.key)
-        if exe is None:
-            jax_device()
-            metrics.counter("UncachedCompile")
-            exe = cache.compile_graph(g, inputs)
-        else:
-            metrics.counter("CachedCompile")
-    return exe
 
 
 def warm_up(tensors, graph_hash):
@@ -98,8 +84,7 @@ def warm_up(tensors, graph_hash):
     if not roots:
         return
     g = Graph.capture(roots)
-    inputs = executor._upload_scalar_pools(g.inputs(), len(g.params))
-    _executable(g, inputs)
+    launch.prepare(g, g.param_arrays() + launch.upload_pools(g.pool_arrays(), 0), reason="cached graph")
     _by_hash[graph_hash] = g
     _by_hash.move_to_end(graph_hash)
     if len(_by_hash) > _MAX_GRAPHS:
@@ -122,23 +107,19 @@ def run(graph_hash, tensors):
         if (tuple(t.shape), t.dtype) != tuple(p.entry):
             raise ValueError(f"torch_xla: input {k} of the cached graph {graph_hash} is "
                              f"{xla_shape(*p.entry)}, got {xla_shape(tuple(t.shape), t.dtype)}")
-        arrays.append(device_array(t) if isinstance(t, tensor.XLATensor) else upload_array(t.contiguous()))
-    arrays = executor._upload_scalar_pools(arrays + g.pool_arrays(), len(g.params))
-    exe = _executable(g, arrays)
+        arrays.append(device_array(t) if isinstance(t, XLATensor) else upload_array(t.contiguous()))
     metrics.value_metric("RunCachedGraphInputData", len(tensors))
-    outs = exe.compiled(*arrays)
+    outs = launch.launch(g, arrays, g.pool_arrays(), reason="cached graph", donors=[None] * len(arrays))
     metrics.value_metric("RunCachedGraphOutputData", len(outs))
     avals = [node.entry.out_avals[i] for node, i in g.roots]
-    return [tensor.new_base((ir.data_node(a, *aval), 0), aval) for a, aval in zip(outs, avals)]
+    return [new_base((ir.data_node(a, *aval), 0), aval) for a, aval in zip(outs, avals)]
 
 
 def clear_pending():
     """Drop every live tensor's pending IR (upstream's `_clear_pending_irs`): each
     becomes a placeholder of its shape, so the next barrier runs nothing and
     reading it is an error, until it is written again."""
-    for r in list(tensor.pending):
-        t = r()
-        if t is not None and t._xb is None and t._v[0].kind == ir.OP:
-            t._v = (ir.data_node(None, *t._aval), 0)
-            t._gen += 1
-            t._last_data = None
+    for r in list(state.pending):
+        b = r()
+        if b is not None:
+            b.forget_pending()

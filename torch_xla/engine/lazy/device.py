@@ -5,11 +5,20 @@ A process started by a launcher (or in SPMD mode) has one device, `xla:0`; a
 process alone on its host addresses every local device, `xla:0`..`xla:N-1`
 (device_groups.py places ops once a second one is named).
 """
+import contextlib
+import random
+
 import torch
 
 from ..ops import registry
+from ..runtime import topology
 from ..runtime.platform import jax_platform
+from . import autocast, autograd_errors, device_groups, dispatch, serialize, tensor
+from .device_groups import check_index
+from .executor import wait_device_ops
+from .handlers import random as device_random
 from .tracing import OpInfo, trace_node, wrap
+from .transfers import copy_, device_array
 
 _registered = False
 _lib = None
@@ -39,7 +48,6 @@ class _Stream:
     device_type = "xla"
 
     def synchronize(self):
-        from .executor import wait_device_ops
         wait_device_ops()
 
     def wait_stream(self, other):
@@ -72,7 +80,6 @@ class DeviceModule:
 
     @staticmethod
     def stream(s=None):
-        import contextlib
         return contextlib.nullcontext(s)
 
     @staticmethod
@@ -100,53 +107,43 @@ class DeviceModule:
 
     @staticmethod
     def device_count():
-        from ..runtime import topology
         return topology.addressable_device_count()
 
     @staticmethod
     def current_device():
-        from ..runtime import topology
         return topology.default_device_index()
 
     @staticmethod
     def set_device(device):
-        from . import device_groups
         index = device if isinstance(device, int) else device_groups.resolve(device)
         check_index(torch.device("xla", index))
         device_groups.set_default(index)
 
     @staticmethod
     def synchronize(device=None):
-        from .executor import wait_device_ops
         wait_device_ops()
 
     @staticmethod
     def manual_seed(seed):
-        from .handlers.random import manual_seed
-        manual_seed(seed)
+        device_random.manual_seed(seed)
 
     manual_seed_all = manual_seed
 
     @staticmethod
     def seed():
-        import random as _r
-        from .handlers.random import manual_seed
-        manual_seed(_r.getrandbits(63))
+        device_random.manual_seed(random.getrandbits(63))
 
     @staticmethod
     def initial_seed():
-        from .handlers.random import rng
-        return rng.initial
+        return device_random.rng.initial
 
     @staticmethod
     def get_rng_state(device=None):
-        from .handlers.random import get_rng_state
-        return torch.tensor([get_rng_state()], dtype=torch.int64).view(torch.uint8)
+        return torch.tensor([device_random.get_rng_state()], dtype=torch.int64).view(torch.uint8)
 
     @staticmethod
     def set_rng_state(state, device=None):
-        from .handlers.random import set_rng_state
-        set_rng_state(int(state.view(torch.int64).tolist()[0]))
+        device_random.set_rng_state(int(state.view(torch.int64).tolist()[0]))
 
     @staticmethod
     def is_bf16_supported(including_emulation=True):
@@ -176,38 +173,6 @@ _FACTORIES = (
 _EXTRA_FACTORIES = ("tril_indices", "triu_indices", "_efficientzerotensor")
 
 
-class DeviceIndexError(IndexError, ValueError):
-    """An `xla:N` this process does not address: an IndexError as upstream's
-    torch_xla.device(n) raises, and a ValueError as a bad device argument."""
-
-
-def check_index(device):
-    """`xla:N` must be a device this process addresses, whichever path names it
-    (a factory's device=, .to(), torch.tensor(..., device=)): every local device
-    for a process that no launcher started (outside SPMD), else xla:0 alone.
-    Naming xla:N with N > 0 turns on per-device placement (device_groups)."""
-    if device is None:
-        return
-    d = torch.device(device)
-    if d.type != "xla" or d.index in (None, 0):
-        return
-    from ..runtime import topology
-    n = topology.addressable_device_count()
-    if d.index >= n:
-        if n == 1:
-            raise DeviceIndexError(
-                f"torch_xla: this process owns one XLA device (xla:0); got {d}. "
-                + ("A process started by torch_xla.launch / xmp.spawn drives its own device; "
-                   if topology.mode() == topology.MULTIPROCESS else
-                   "In SPMD mode xla:0 stands for every device; " if topology.mode() == topology.SPMD else
-                   "Set CPU_NUM_DEVICES (or use a machine with more devices) to address several in one process, ")
-                + "or use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
-        raise DeviceIndexError(f"torch_xla: {d} does not exist; this process addresses {n} XLA devices "
-                         f"(xla:0 to xla:{n - 1})")
-    from . import device_groups
-    device_groups.activate()
-
-
 def _factory_impl(func):
     info = OpInfo(func._schema.name.split("::")[-1] + ("." + func._overloadname if func._overloadname != "default" else ""),
                   func, registry.find(func, jax_platform()))
@@ -221,7 +186,6 @@ def _factory_impl(func):
         kwargs.pop("pin_memory", None)
         device = kwargs.get("device")
         check_index(device)
-        from . import device_groups
         if device_groups.active and device is not None:
             return device_groups.on_device(device_groups.resolve(device), _trace_factory, info, args, kwargs)
         node, e = trace_node(info, args, kwargs)
@@ -238,8 +202,7 @@ def _trace_factory(info, args, kwargs):
 def _copy_from(src, dst, non_blocking=False):
     # reached when PyTorch copies into an XLA tensor below the Python key
     # (torch.tensor(data, device="xla"))
-    from .transfers import _copy_
-    return _copy_((dst, src), {})
+    return copy_((dst, src), {})
 
 
 def _pin_memory_cpu(self, device=None):
@@ -276,10 +239,9 @@ def register():
         _lib.impl(name, _factory_impl(func))
     _cpu_lib = torch.library.Library("aten", "IMPL", "CPU")
     _cpu_lib.impl("_pin_memory", _pin_memory_cpu)
-    from . import tensor
-    tensor._DEVICE = torch.device("xla", 0)
+    tensor.set_default_device(torch.device("xla", 0))
+    tensor.connect(dispatch.make_handler, device_array)
     _lib.impl("_copy_from", _copy_from)
-    from . import autocast, autograd_errors, serialize
     autograd_errors.install()
     serialize.install()
     autocast.register()

@@ -49,7 +49,7 @@ def activate():
         torch.autograd.set_multithreading_enabled(False).__enter__()
     except Exception:  # noqa: BLE001 - an older torch without the switch
         pass
-    tensor.set_dispatch_wrapper(_placed_dispatch)
+    tensor.set_dispatch_wrapper("placement", _placed_dispatch)
 
 
 def set_default(index):
@@ -57,7 +57,7 @@ def set_default(index):
     if index:
         activate()
     topology.set_default_device_index(index)
-    tensor._DEVICE = xla_device(index)
+    tensor.set_default_device(xla_device(index))
 
 
 # ops whose tensors may sit on two devices: the result goes where the copy goes
@@ -88,7 +88,7 @@ def op_device(func, args, kwargs):
     for a in kwargs.values():
         _tensor_devices(a, found)
     if not found:
-        return tensor._DEVICE
+        return tensor.default_device()
     first = found[0]
     if name not in _COPIES:
         for d in found:
@@ -102,15 +102,15 @@ def op_device(func, args, kwargs):
 def on_device(index, fn, *args):
     """fn(*args) with xla:<index> as the device new tensors and uploads belong to."""
     dev = xla_device(index)
-    prev = tensor._DEVICE
+    prev = tensor.default_device()
     if dev == prev:
         return fn(*args)
-    tensor._DEVICE = dev
+    tensor.set_default_device(dev)
     before = topology.place(index)
     try:
         return fn(*args)
     finally:
-        tensor._DEVICE = prev
+        tensor.set_default_device(prev)
         topology.place(before)
 
 
@@ -120,13 +120,43 @@ def _placed_dispatch(inner, cls, func, types, args, kwargs):
 
 
 def split(bases):
-    """Base tensors to run at a barrier, grouped by device (one graph each)."""
+    """Bases to run at a barrier, grouped by device (one graph each)."""
     if not bases:
         return ()
     if not active:
         return (bases,)
     groups = {}
     for b in bases:
-        groups.setdefault(b.device.index, []).append(b)
+        groups.setdefault(b.device, []).append(b)
     return tuple(groups[k] for k in sorted(groups))
 
+
+
+class DeviceIndexError(IndexError, ValueError):
+    """An `xla:N` this process does not address: an IndexError as upstream's
+    torch_xla.device(n) raises, and a ValueError as a bad device argument."""
+
+
+def check_index(device):
+    """`xla:N` must be a device this process addresses, whichever path names it
+    (a factory's device=, .to(), torch.tensor(..., device=)): every local device
+    for a process that no launcher started (outside SPMD), else xla:0 alone.
+    Naming xla:N with N > 0 turns on per-device placement."""
+    if device is None:
+        return
+    d = torch.device(device)
+    if d.type != "xla" or d.index in (None, 0):
+        return
+    n = topology.addressable_device_count()
+    if d.index >= n:
+        if n == 1:
+            raise DeviceIndexError(
+                f"torch_xla: this process owns one XLA device (xla:0); got {d}. "
+                + ("A process started by torch_xla.launch / xmp.spawn drives its own device; "
+                   if topology.mode() == topology.MULTIPROCESS else
+                   "In SPMD mode xla:0 stands for every device; " if topology.mode() == topology.SPMD else
+                   "Set CPU_NUM_DEVICES (or use a machine with more devices) to address several in one process, ")
+                + "or use one process per device (torch_xla.launch / xmp.spawn) or SPMD.")
+        raise DeviceIndexError(f"torch_xla: {d} does not exist; this process addresses {n} XLA devices "
+                               f"(xla:0 to xla:{n - 1})")
+    activate()

@@ -10,11 +10,16 @@ handler(args, kwargs):
   fallback             run on the CPU (fallback.py), counted as aten::<op>
 """
 import torch
+from torch._decomp import decomposition_table
 
-from . import fallback, index_checks, tracing, views
+from ..ir.node import OP, Node
 from ..ops import checks, registry
 from ..runtime.platform import jax_platform
-from .tracing import OpInfo, trace_node, wrap
+from . import fallback, index_checks, tracing, views
+from .tensor import _handlers, new_base
+from .tracing import (DeviceMismatch, OpInfo, device_mismatch_error, make_entry, meta_arg, walk_args,
+                      wrap)
+from .views import assign_result
 
 aten = torch.ops.aten
 _infos = {}
@@ -36,7 +41,6 @@ def op_info(func):
 
 
 def _decomposition(func):
-    from torch._decomp import decomposition_table
     return decomposition_table.get(func)
 
 
@@ -89,18 +93,16 @@ def _functional_twin(func):
     return None
 
 
-def _call(func, args, kwargs):
-    from .tensor import _handlers
+def call(func, args, kwargs):
+    """Run aten op func on XLA tensors through its handler (what dispatch would do)."""
     h = _handlers.get(func)
     if h is None:
         h = _handlers[func] = make_handler(func)
     return h(args, kwargs)
 
 
-def _functional_handler(info):
-    from ..ir.node import Node, OP
-    from .tensor import new_base
-    from .tracing import DeviceMismatch, device_mismatch_error, make_entry, walk_args
+def functional_handler(info):
+    """The handler of an op with a lowering: one node, its outputs new base tensors."""
     memo = info.memo
 
     def h(args, kwargs):
@@ -138,38 +140,6 @@ def _composite(func):
     return h
 
 
-def _cast_to(v, from_aval, to_aval):
-    node, _ = trace_node(_CONVERT, (tracing.ValueArg(v, from_aval),), {"shape": to_aval[0], "dtype": to_aval[1]})
-    return (node, 0)
-
-
-def _convert_meta(x, *, shape, dtype):
-    return torch.empty(shape, dtype=dtype, device="meta")
-
-
-def _convert_lowering(x, *, shape, dtype):
-    import jax.numpy as jnp
-    from ..base.dtypes import to_jax
-    target = to_jax(dtype)
-    if jnp.iscomplexobj(x) and not jnp.issubdtype(target, jnp.complexfloating):
-        x = jnp.real(x)   # PyTorch keeps the real part (with its own warning); JAX's cast is deprecated
-    return jnp.broadcast_to(x.astype(target), shape)
-
-
-_CONVERT = OpInfo("_to_copy", None, _convert_lowering, meta=_convert_meta)
-
-
-def assign_result(target, result):
-    """Write XLA tensor `result` into `target` (cast/broadcast to target's aval)."""
-    if result._xb is None:
-        v = result._v
-    else:
-        v = views.view_value(result)
-    if result._aval != target._aval:
-        v = _cast_to(v, result._aval, target._aval)
-    views.assign(target, v)
-
-
 def _inplace_handler(func, twin):
     twin_h = None
     mut = _mutated_args(func._schema)
@@ -178,7 +148,9 @@ def _inplace_handler(func, twin):
     def h(args, kwargs):
         nonlocal twin_h
         if twin_h is None:
-            twin_h = lambda a, k: _call(twin, a, k)  # noqa: E731
+            twin_h = lambda a, k: call(twin, a, k)  # noqa: E731
+        if len(args) > 1:
+            views.check_partial_overlap(args[0], args[1:])
         res = twin_h(args, kwargs)
         if mut == [0]:
             targets = args[0]
@@ -196,13 +168,14 @@ def _inplace_handler(func, twin):
 
 def _check_inplace(func, target, res, args, kwargs, checked):
     """Let PyTorch's own meta kernel reject what eager would (dtype casts, broadcasts)."""
-    if res._aval == target._aval:
+    ra, ta = res._lazy.aval, target._lazy.aval
+    if ra == ta:
         return
-    key = (target._aval, res._aval)
+    key = (ta, ra)
     if key in checked:
         return
-    margs = tuple(tracing._meta_arg(a) for a in args)
-    mkw = {k: tracing._meta_arg(v) for k, v in kwargs.items()}
+    margs = tuple(meta_arg(a) for a in args)
+    mkw = {k: meta_arg(v) for k, v in kwargs.items()}
     try:
         func(*margs, **mkw)
     except RuntimeError as e:
@@ -218,15 +191,15 @@ def _out_handler(func, twin):
     def h(args, kwargs):
         kw = {k: v for k, v in kwargs.items() if k not in out_names}
         outs = [kwargs[n] for n in out_names]
-        res = _call(twin, args, kw)
+        res = call(twin, args, kw)
         results = [res] if len(outs) == 1 else list(res)
         for o, r in zip(outs, results):
             if isinstance(o, torch.Tensor) and o.device.type != "xla":
                 o.copy_(r.cpu())
                 continue
-            if o._aval[0] != r._aval[0]:
+            if o._lazy.aval[0] != r._lazy.aval[0]:
                 # PyTorch resizes a wrong-shaped out= tensor (warning when it had elements)
-                views.resize_out(o, r._aval[0], schema.name.split("::")[-1])
+                views.resize_out(o, r._lazy.aval[0], schema.name.split("::")[-1])
             assign_result(o, r)
         return outs[0] if len(outs) == 1 else tuple(outs)
     del in_names
@@ -285,33 +258,16 @@ def _foreach_handler(func):
             elif len(ai) > n_pos:
                 kw.update(zip(kw_only, ai[n_pos:]))
                 ai = ai[:n_pos]
-            outs.append(_call(elem, tuple(ai), kw))
+            outs.append(call(elem, tuple(ai), kw))
         return None if inplace else outs
     return h
 
 
 def _inplace_view_handler(func, twin):
-    """transpose_, t_, squeeze_, unsqueeze_, as_strided_, ...: the tensor object
-    takes the view's metadata (through .data, which PyTorch does not dispatch).
-    A view stays a view of its base; a base takes the view's value as its own
-    (other views of that base keep seeing the old layout's storage)."""
-    from ..ir import node as ir
-    from .tensor import _ref, pending
-
+    """transpose_, t_, squeeze_, unsqueeze_, as_strided_, ...: the tensor becomes
+    the view its functional twin makes (views.take_view)."""
     def h(args, kwargs):
-        t = args[0]
-        nv = _call(twin, args, kwargs)
-        torch._C.TensorBase.data.__set__(t, nv)  # metadata only (no dispatch)
-        if t._xb is None:
-            old = t._v
-            t._v = views.view_value(nv)
-            t._aval = nv._aval
-            t._gen += 1
-            if old[0].kind == ir.DATA and t._v[0].kind == ir.OP:
-                pending.append(_ref(t))
-        else:
-            t._xb, t._chain, t._aval, t._v, t._vgen = nv._xb, nv._chain, nv._aval, nv._v, nv._vgen
-        return t
+        return views.take_view(args[0], call(twin, args, kwargs))
     return h
 
 
@@ -385,7 +341,7 @@ def _make_handler(func):
         return fallback.handler(func)
     info = op_info(func)
     if info.lowering is not None:
-        return _functional_handler(info)
+        return functional_handler(info)
     decomp = _decomposition(func)
     if decomp is not None:
         return _decomp_handler(func, decomp)

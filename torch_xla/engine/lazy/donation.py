@@ -13,8 +13,12 @@ module is only for the explicit requests.
 """
 import weakref
 
+import torch
+
 from ..base import metrics
 from ..ir import node as ir
+from ..ops import registry
+from .state import whole_base
 
 _marked = weakref.WeakSet()   # data nodes whose buffer may be donated
 _gone = weakref.WeakSet()     # data nodes whose buffer a graph consumed
@@ -22,10 +26,10 @@ _enabled = [False]
 
 
 def _data_node(t, live=True):
-    base = t if t._xb is None else (t._xb if not t._chain else None)
+    base = whole_base(t)
     if base is None:
         return None
-    node = base._v[0]
+    node = base.value[0]
     return node if node.kind == ir.DATA and (node.data is not None or not live) else None
 
 
@@ -86,7 +90,6 @@ def register_op():
     call, so the bridge's trace marks the real tensor); a no-op elsewhere."""
     if _lib:
         return
-    import torch
     lib = torch.library.Library("xla", "FRAGMENT")
     lib.define("dynamo_set_buffer_donor_(Tensor t, bool should_donate) -> Tensor")
 
@@ -106,5 +109,4 @@ def register_op():
     if hasattr(torch.library, "register_fake"):
         torch.library.register_fake("xla::dynamo_set_buffer_donor_", fake, lib=lib)
     # XLA tensors dispatch in Python: the same kernel as a dispatch handler
-    from ..ops import registry
     registry.HANDLERS[torch.ops.xla.dynamo_set_buffer_donor_.default] = lambda args, kwargs: on_xla(*args, **kwargs)

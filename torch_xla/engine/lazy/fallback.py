@@ -7,13 +7,14 @@ metrics report as aten::<op>; never a crash.
 import torch
 
 from ..base import metrics
+from . import views
+from .tensor import XLATensor, new_base
+from .transfers import to_cpu, upload_node
 
 _warned = set()
 
 
 def _to_host(a):
-    from .tensor import XLATensor
-    from .transfers import to_cpu
     if isinstance(a, XLATensor):
         return to_cpu(a)
     if isinstance(a, (list, tuple)):
@@ -25,8 +26,6 @@ def _to_host(a):
 
 def _to_device(a):
     if isinstance(a, torch.Tensor):
-        from .tensor import new_base
-        from .transfers import upload_node
         node = upload_node(a)
         return new_base((node, 0), (tuple(a.shape), a.dtype))
     if isinstance(a, (list, tuple)):
@@ -35,9 +34,6 @@ def _to_device(a):
 
 
 def run_on_cpu(func, args, kwargs):
-    from .tensor import XLATensor
-    from .transfers import upload_node
-    from . import views
     name = func._schema.name.split("::")[-1]
     overload = func._schema.overload_name
     # upstream's counter names the overload unless it is the default one (aten::repeat_interleave.Tensor)

@@ -14,6 +14,8 @@ Which ops, and which of their arguments are indices, is the table `CHECKS`
 ignore, dim)]). XLA_CHECK_INDICES=0 turns the checks off: gathers then clamp and
 scatters drop out-of-range writes, the same in every op.
 """
+import jax.numpy as jnp
+import numpy as np
 import torch
 
 from ..base import config, frames
@@ -28,7 +30,6 @@ _unverified = []   # [(jax.Array, info)]: flags computed, not read yet
 
 
 def _lowering(idx, *, size, negative_ok, ignore):
-    import jax.numpy as jnp
     lo = -size if negative_ok else 0
     ok = (idx >= lo) & (idx < size)
     if ignore is not None:
@@ -169,7 +170,6 @@ def verify(block):
     """Read the computed flags (only those ready unless `block`); raise for the first false one."""
     if not _unverified:
         return
-    import numpy as np
     bad = None
     keep = []
     for arr, info in _unverified:

@@ -1,5 +1,5 @@
 """The trace mode: how an op on an XLA tensor is handled and whether a graph
-may run now. One place for what used to be three thread-locals.
+may run now.
 
   LAZY        ops are recorded; graphs run at barriers (the default)
   EAGER       every top-level op runs at once, through a per-op executable
@@ -13,14 +13,11 @@ lazy region and the nesting depth of dispatch are per thread.
 """
 import threading
 
-from ..base import events, frames, metrics
+from ..base import events, frames
 
 LAZY = "lazy"
 EAGER = "eager"
 FULL_GRAPH = "full_graph"
-
-_EAGER_RENAME = {"CompileTime": "EagerOpCompileTime", "ExecuteTime": "EagerOpExecuteTime"}
-
 
 class _State(threading.local):
     lazy_region = False   # torch_xla.compile: trace lazily even in eager mode
@@ -31,7 +28,6 @@ class _State(threading.local):
 state = _State()
 _eager = [False]
 _allow = [True]
-_lock = threading.Lock()
 
 
 def current():
@@ -46,33 +42,17 @@ def is_eager():
     return _eager[0]
 
 
-def set_eager(enable):
-    """Eager mode on or off for this process (pending ops run when it turns on)."""
-    from . import tensor
-    with _lock:
-        enable = bool(enable)
-        if enable == _eager[0]:
-            return
-        _eager[0] = enable
-        tensor.use_eager_dispatch(enable)
-    if enable:
-        run_eager_op()
+def set_eager_flag(enable):
+    """Record whether eager mode is on (eager.py switches the dispatcher)."""
+    _eager[0] = bool(enable)
 
 
-def run_eager_op():
-    """Run what the last top-level op left pending, as one eager op."""
-    from . import executor, tensor
-    if not tensor.pending:
-        return
+def begin_eager_op():
     state.eager_op = True
-    prev = dict(metrics.rename)
-    metrics.rename.update(_EAGER_RENAME)
-    try:
-        executor.sync(None, reason="eager")
-    finally:
-        metrics.rename.clear()
-        metrics.rename.update(prev)
-        state.eager_op = False
+
+
+def end_eager_op():
+    state.eager_op = False
 
 
 def in_eager_op():

@@ -14,13 +14,14 @@ import weakref
 
 import torch
 
+from ..runtime import topology
+
 _saving = weakref.WeakValueDictionary()   # storage data_ptr -> CPU copy being saved
 _loading = {}                             # storage data_ptr -> "xla:N" restored with an xla tag
 
 
 def reduce(t, proto):
-    from .transfers import to_cpu
-    cpu = to_cpu(t)
+    cpu = t.detach().cpu()
     if cpu.numel() == 0:
         return rebuild_empty, (tuple(cpu.shape), cpu.dtype, str(t.device), t.requires_grad)
     cpu = cpu.contiguous()
@@ -46,7 +47,6 @@ def _restore(storage, location):
 
 
 def _device(location):
-    from ..runtime import topology
     index = torch.device(location).index or 0
     if index >= topology.addressable_device_count():
         index = topology.default_device_index()

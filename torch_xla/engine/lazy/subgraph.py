@@ -19,8 +19,12 @@ as a function of (inputs list, externals list) -> outputs list.
 Nothing leaks: the function's tensors die with the capture; a function that
 writes a placeholder-dependent value into a tensor it closes over is refused.
 """
+import gc
 import hashlib
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -28,6 +32,10 @@ from ..base.dtypes import JAX_TO_TORCH, to_jax
 from ..ir import node as ir
 from ..ir.graph import Graph
 from ..ops.context import LoweringContext, ctx
+from . import state
+from .state import value_of
+from .tensor import XLATensor, new_base
+from .tracing import ValueArg
 
 
 class CaptureError(RuntimeError):
@@ -36,17 +44,8 @@ class CaptureError(RuntimeError):
 
 def placeholder(aval):
     """A base tensor of aval (shape tuple, torch dtype) with no data: only for tracing."""
-    from .tensor import new_base
     shape, dtype = aval
     return new_base((ir.data_node(None, tuple(shape), dtype), 0), (tuple(shape), dtype))
-
-
-def value_of(t):
-    """The IR value (node, index) a tensor reads as."""
-    if t._xb is None:
-        return t._v
-    from .views import view_value
-    return view_value(t)
 
 
 def aval_of_value(v):
@@ -60,13 +59,10 @@ def aval_of_value(v):
 
 
 def _np_dtype(name):
-    import numpy as np
-    import jax.numpy as jnp
     return jnp.dtype(np.dtype(name))
 
 
 def jax_spec(aval):
-    import jax
     return jax.ShapeDtypeStruct(tuple(aval[0]), to_jax(aval[1]))
 
 
@@ -86,7 +82,7 @@ class _Recorder(TorchDispatchMode):
     def _see(self, t, read):
         if _active[-1] is not self:
             return   # a nested capture's ops belong to it (and its tensors must die with it)
-        if type(t).__name__ != "XLATensor" or not hasattr(t, "_v"):
+        if type(t) is not XLATensor:
             return
         v = value_of(t)
         self.by_value.setdefault((id(v[0]), v[1]), t)
@@ -146,7 +142,6 @@ class Body:
 
     def ext_operands(self):
         """The externals as operands for trace_node: their tensors where known, else bare values."""
-        from .tracing import ValueArg
         return [t if t is not None else ValueArg(v, a)
                 for t, v, a in zip(self.ext_tensors, self.ext_values, self.ext_avals)]
 
@@ -191,16 +186,17 @@ def _check_no_writes(rec, dep, ph_ids, name):
         # a tensor from outside written by the body: with body values it cannot hold
         # them; with anything else the write would happen once, not per call of fn
         raise CaptureError(
-            f"torch_xla: {name} writes in place into a tensor of shape {list(t._aval[0])} that it "
+            f"torch_xla: {name} writes in place into a tensor of shape {list(t.shape)} that it "
             f"closes over; return the new value instead (e.g. as part of the carry)")
 
 
 def _leaked(refs, ph_ids):
+    """The live Bases among `refs` whose value depends on a placeholder."""
     out = []
     for r in refs:
-        t = r()
-        if t is not None and t._xb is None and _depends([t._v], ph_ids)[id(t._v[0])]:
-            out.append(t)
+        b = r()
+        if b is not None and _depends([b.value], ph_ids)[id(b.value[0])]:
+            out.append(b)
     return out
 
 
@@ -213,13 +209,11 @@ def capture(fn, in_avals, name="body", pin=None):
 
     in_avals: list of (shape, dtype). The function runs with autograd on, as user
     code does, so tensors it closes over keep their autograd history."""
-    from . import tensor as tensor_mod
-    from .tensor import XLATensor
     phs = [placeholder(a) for a in in_avals]
-    ph_nodes = [p._v[0] for p in phs]
+    ph_nodes = [p._lazy.value[0] for p in phs]
     ph_ids = {id(n): k for k, n in enumerate(ph_nodes)}
     rec = _Recorder()
-    start = len(tensor_mod.pending)
+    start = len(state.pending)
     # the body's own autograd graph is never run (its gradient is a jax.vjp):
     # saving nothing for it keeps its tensors from outliving the trace
     _active.append(rec)
@@ -234,7 +228,7 @@ def capture(fn, in_avals, name="body", pin=None):
             raise CaptureError(f"torch_xla: {name} must return XLA tensors; output {k} is "
                                f"{type(outs[k]).__name__}")
     out_values = [value_of(o) for o in outs]
-    out_avals = [o._aval for o in outs]
+    out_avals = [o._lazy.aval for o in outs]
     pinned = pin() if pin is not None else None
     dep = _depends(out_values, ph_ids, pinned)
 
@@ -302,16 +296,15 @@ def capture(fn, in_avals, name="body", pin=None):
     b._digest = None
     # the function's own tensors are dead now; drop their pending entries
     del outs, rec, phs
-    leaked = _leaked(tensor_mod.pending[start:], ph_ids)
+    leaked = _leaked(state.pending[start:], ph_ids)
     if leaked:
         # autograd's saved tensors may form cycles with their tensors: collect once
-        import gc
         leaked = None
         gc.collect()
-        leaked = _leaked(tensor_mod.pending[start:], ph_ids)
+        leaked = _leaked(state.pending[start:], ph_ids)
     if leaked:
         raise CaptureError(
-                f"torch_xla: {name} keeps a tensor of shape {list(leaked[0]._aval[0])} computed from its "
+                f"torch_xla: {name} keeps a tensor of shape {list(leaked[0].aval[0])} computed from its "
                 f"inputs alive after it returns (a global, a list it appends to); return it instead")
-    tensor_mod.retire_pending([r for r in tensor_mod.pending if r() is not None])
+    state.retire_pending([r for r in state.pending if r() is not None])
     return b

@@ -1,20 +1,22 @@
 """XLATensor: the lazy tensor PyTorch sees on the `xla` device.
 
-A base tensor holds `_v`, an IR value (node, index): device data once
-executed, an op node while pending. A view holds `_base` (its root base) and
-`_chain` (the view steps from the base); its value is re-derived from the
-base whenever the base has changed since (see views.py). `_gen` counts a
-base's mutations.
+Its state is one object, `t._lazy` (state.py: a Base holding its value, or a
+View of one). `__torch_dispatch__` finds each aten op's handler in a table
+filled on first use by the dispatcher the engine connects (`connect`), so
+this module depends on nothing above the state.
 """
+import gc
 import importlib.machinery
 import sys
+import warnings
 import weakref
 
 import torch
 
-from . import autograd_errors, mode, tracing
+from ..base.dtypes import NATURAL
+from . import autograd_errors, serialize, state
 
-_DEVICE = None  # torch.device("xla", 0), set once PrivateUse1 is renamed (device.register)
+_DEVICE = None  # the device new tensors get: torch.device("xla", 0) once PrivateUse1 is renamed
 
 
 def _register_with_dynamo():
@@ -38,7 +40,6 @@ def _register_with_dynamo():
         for name in ("torch_xla", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
             trace_rules.add(name)
     except Exception as e:  # noqa: BLE001 - another torch version's internals
-        import warnings
         warnings.warn(f"torch_xla: could not register XLA tensors with TorchDynamo ({e!r}); "
                       "torch.compile will not trace them", RuntimeWarning)
     _dynamo_registered.append(True)
@@ -50,7 +51,6 @@ def _run_hook(hook):
     try:
         hook()
     except Exception as e:  # noqa: BLE001
-        import warnings
         warnings.warn(f"torch_xla: a TorchDynamo set-up step failed: {e!r}", RuntimeWarning)
 
 
@@ -130,6 +130,7 @@ def _module_apply_frame():
 
 
 def _original_swappable(frame):
+    """Whether _apply may swap the device tensor into the CPU Parameter it moves."""
     # swap_tensors refuses a tensor someone holds a weak reference to; then the
     # Parameter is replaced as before (untied, but moved)
     param = frame.f_locals.get("param")
@@ -137,17 +138,38 @@ def _original_swappable(frame):
     if param is None or type(param) is XLATensor or weakref.getweakrefcount(param):
         return False
     grad = param.grad
-    return grad is None or not weakref.getweakrefcount(grad)
+    if grad is not None and weakref.getweakrefcount(grad):
+        return False
+    if param._use_count() > 1:
+        _detach_from_graphs(param, grad)
+    return True
+
+
+def _detach_from_graphs(param, grad):
+    """Give `param` a fresh tensor of the same value, so the autograd graphs that
+    hold its old one (a CPU forward pass before the move) keep that one.
+
+    swap_tensors refuses a tensor another owner references (a graph's saved
+    tensors, its AccumulateGrad node); eager CUDA moves such a Parameter with
+    `.data =` and keeps its identity. The old tensor stays with the graphs,
+    which run on the CPU values they were built from."""
+    fresh = param.detach().clone()
+    fresh.requires_grad_(param.requires_grad)
+    if grad is not None:
+        param.grad = None
+    torch._C._swap_tensor_impl(param, fresh)
+    if grad is not None:
+        param.grad = grad
 
 
 _APPLY_CODE = torch.nn.Module._apply.__code__
-_DATA_KIND = 0   # ir.node.DATA (this module imports no IR at load time)
 
 
 def _swappable(t):
     # a base over device data (a fresh upload): the Parameter made of it is a
-    # plain alias, with no weak reference that would stop swap_tensors
-    return getattr(t, "_xb", 1) is None and t._v[0].kind == _DATA_KIND
+    # plain alias
+    s = t.__dict__.get("_lazy")
+    return type(s) is state.Base and s.value[0].kind == state._DATA
 
 
 def _refuse_flatten(*args, **kwargs):
@@ -167,8 +189,7 @@ class XLATensor(torch.Tensor):
             return NotImplemented   # a wrapper subclass among the args (XLAShardedTensor) unwraps first
         h = _handlers.get(func)
         if h is None:
-            from .dispatch import make_handler
-            h = _handlers[func] = make_handler(func)
+            h = _handlers[func] = _connected.make_handler(func)
         try:
             return h(args, kwargs or {})
         except Exception as e:
@@ -189,8 +210,7 @@ class XLATensor(torch.Tensor):
     __tensor_unflatten__ = _ModuleApplySwap("__tensor_unflatten__")
 
     def __repr__(self, *, tensor_contents=None):
-        from .transfers import to_cpu
-        cpu = to_cpu(self)
+        cpu = self.detach().cpu()
         contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         return "tensor(" + text[len(type(self).__name__) + 1:]
@@ -200,14 +220,14 @@ class XLATensor(torch.Tensor):
     # DLPack producer: the device buffer of the current value, in the PyTorch dtype
     # (jax.dlpack.from_dlpack(t), torch.from_dlpack(t))
     def __dlpack__(self, *args, **kwargs):
-        arr = _export_array(self)
+        arr = export_array(self)
         try:
             return arr.__dlpack__(*args, **kwargs)
         except TypeError:
             return arr.__dlpack__()
 
     def __dlpack_device__(self):
-        return _export_array(self).__dlpack_device__()
+        return export_array(self).__dlpack_device__()
 
     @property
     def is_xla(self):
@@ -219,31 +239,34 @@ class XLATensor(torch.Tensor):
             return self.item().__format__(spec)
         return object.__format__(self, spec)
 
-    # `t.data = other` must carry the lazy value too (views.set_data)
+    # `t.data = other`: t takes other's shape and dtype and reads other's storage
+    # from now on, as in eager PyTorch (an in-place change of either shows in both)
     @property
     def data(self):
         return torch._C.TensorBase.data.__get__(self)
 
     @data.setter
     def data(self, new):
-        from .views import set_data
-        set_data(self, new)
+        if not isinstance(new, XLATensor):
+            raise RuntimeError(
+                f"torch_xla: `tensor.data = other` needs other on the XLA device too, got a {new.device} "
+                "tensor; use other.to('xla')")
+        torch._C.TensorBase.data.__set__(self, new)  # sizes, strides, dtype (and PyTorch's own checks)
+        state.share(self, new)
 
     def tolist(self):
-        from .transfers import to_cpu
-        return to_cpu(self).tolist()
+        return self.detach().cpu().tolist()
 
     def numpy(self, *, force=False):
         if not force:
             raise TypeError(
                 "can't convert xla:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.")
-        return self.cpu().numpy()
+        return self.detach().cpu().numpy()
 
     def __reduce_ex__(self, proto):
         # torch.save stores the CPU copy and the device; torch.load brings it back
         # there (map_location="cpu" keeps it on the CPU): serialize.py
-        from .serialize import reduce
-        return reduce(self, proto)
+        return serialize.reduce(self, proto)
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         # AOTAutograd (torch.compile training) checks a tangent's class against the
@@ -260,69 +283,73 @@ class XLATensor(torch.Tensor):
         return out
 
 
-_handlers = {}
+class _Connected:
+    """What the tensor needs from the layers above it, given once by `connect`."""
+    make_handler = None   # aten op -> handler(args, kwargs)  (dispatch.make_handler)
+    device_array = None   # tensor -> the jax.Array of its value  (transfers.device_array)
+
+
+_connected = _Connected()
+
+
+def connect(make_handler, device_array):
+    """Give the tensor class its dispatcher and its way to compute a value
+    (the engine's start-up does this once, before the first op)."""
+    _connected.make_handler = make_handler
+    _connected.device_array = device_array
+
+
+_handlers = {}   # aten op -> handler, filled on the first call of each op
 _make = torch.Tensor._make_wrapper_subclass
-pending = []  # weakrefs to base tensors that became pending since the last barrier
-_ref = weakref.ref
-# weakrefs to views whose value was derived from pending IR since the last barrier:
-# a full barrier computes the live ones beside their bases (as upstream syncs every
-# live tensor), so later graphs read them as data instead of re-deriving them
-pending_views = []
-_retired = [0]  # entries of `pending` dropped so far (CreateXlaTensor reads the total)
+_make_base = state.make_base
+_make_view = state.make_view
 
 
-def retire_pending(keep=None):
-    """Empty `pending` (or keep the refs `keep` lists), counting what leaves."""
-    n = len(pending)
-    if keep is None:
-        pending.clear()
-    else:
-        pending[:] = keep
-    _retired[0] += n - len(pending)
+def set_default_device(device):
+    """The torch.device new tensors get (xla:0, or another while several are in use)."""
+    global _DEVICE
+    _DEVICE = device
 
 
-def drop_last_pending(t):
-    """Forget t's pending entry when it is the latest one (O(1); counted as retired)."""
-    if pending and pending[-1]() is t:
-        pending.pop()
-        _retired[0] += 1
-
-
-def pending_total():
-    """How many tensors became pending since the process started."""
-    return _retired[0] + len(pending)
+def default_device():
+    return _DEVICE
 
 
 def new_base(v, aval, device=None):
     """Wrap IR value v (node, index) with aval (shape, dtype) as a base tensor
     (on `device`, by default the one the op being traced works on)."""
-    t = _make(XLATensor, aval[0], dtype=aval[1], device=device or _DEVICE)
-    t._v = v
-    t._aval = aval
-    t._xb = None
-    t._gen = 0
-    if v[0].kind == 2:
-        pending.append(_ref(t))
+    device = device or _DEVICE
+    t = _make(XLATensor, aval[0], dtype=aval[1], device=device)
+    _make_base(t, v, aval, device.index or 0)
     return t
 
 
 def new_view(base, chain, aval, v, gen, geom=None):
-    """geom: (strides, storage_offset) the view has in eager PyTorch (None: contiguous)."""
+    """A view of Base `base` through `chain` (view steps), with value v computed at
+    the base's generation `gen`. geom: (strides, storage_offset) the view has in
+    eager PyTorch (None: contiguous)."""
     if geom is None:
         t = _make(XLATensor, aval[0], dtype=aval[1], device=_DEVICE)
     else:
         t = _make(XLATensor, aval[0], strides=geom[0], storage_offset=geom[1], dtype=aval[1], device=_DEVICE)
-    t._v = v
-    t._aval = aval
-    t._xb = base
-    t._chain = chain
-    t._vgen = gen
-    if v[0].kind == 2:
-        pending_views.append(_ref(t))
+    _make_view(t, base, chain, aval, v, gen)
     return t
 
 
-tracing._XLATensor = XLATensor
+def live_tensors():
+    """Every live XLA tensor (one walk of the collector's objects: not for hot paths)."""
+    return [o for o in gc.get_objects() if type(o) is XLATensor]
+
+
+def export_array(t):
+    """The jax.Array of t's value in its PyTorch dtype (XLA_USE_BF16 and friends
+    narrow the storage type; DLPack consumers get the natural one)."""
+    arr = _connected.device_array(t)
+    nat = NATURAL.get(t.dtype)
+    if nat is not None and arr.dtype != nat:
+        arr = arr.astype(nat)
+    return arr
+
 
 if "torch._dynamo" in sys.modules:
     _register_with_dynamo()
@@ -330,58 +357,33 @@ else:
     sys.meta_path.insert(0, _DynamoImportWatch)
 
 
-def _export_array(t):
-    import jax.numpy as jnp
-    from ..base.dtypes import NATURAL
-    from .transfers import device_array
-    arr = device_array(t)
-    nat = NATURAL.get(t.dtype)
-    if nat is not None and jnp.dtype(arr.dtype) != nat:
-        arr = arr.astype(nat)   # XLA_USE_BF16 and friends narrow the storage type
-    return arr
-
+# -- which dispatcher runs: lazy tracing, with optional wrappers ------------------------
 
 _lazy_dispatch = XLATensor.__dict__["__torch_dispatch__"].__func__
-
-
-def _eager_dispatch(cls, func, types, args=(), kwargs=None):
-    # eager mode: run the pending graph after each top-level op
-    st = mode.state
-    depth = st.depth
-    st.depth = depth + 1
-    try:
-        out = _lazy_dispatch(cls, func, types, args, kwargs)
-    finally:
-        st.depth = depth
-    if depth == 0 and not st.lazy_region:
-        mode.run_eager_op()
-    return out
-
-
-_eager_on = [False]
-_wrapper = [None]
+_wrappers = {"eager": None, "placement": None}
 
 
 def _install_dispatch():
-    base = _eager_dispatch if _eager_on[0] else _lazy_dispatch
-    wrap_with = _wrapper[0]
-    if wrap_with is None:
-        fn = base
-    else:
-        def fn(cls, func, types, args=(), kwargs=None):
-            return wrap_with(base, cls, func, types, args, kwargs)
+    fn = _lazy_dispatch
+    for role in ("eager", "placement"):   # placement outermost
+        wrap_with = _wrappers[role]
+        if wrap_with is not None:
+            fn = _wrapped(wrap_with, fn)
     XLATensor.__torch_dispatch__ = classmethod(fn)
 
 
-def use_eager_dispatch(enable):
-    """Which dispatch XLATensor uses: per-op execution (eager) or lazy tracing.
-    Swapped rather than tested per op, so lazy tracing pays nothing for eager mode."""
-    _eager_on[0] = bool(enable)
-    _install_dispatch()
+def _wrapped(wrap_with, inner):
+    def fn(cls, func, types, args=(), kwargs=None):
+        return wrap_with(inner, cls, func, types, args, kwargs)
+    return fn
 
 
-def set_dispatch_wrapper(wrapper):
-    """Route every op through wrapper(inner, cls, func, types, args, kwargs)
-    (device placement, once several devices are in use); None removes it."""
-    _wrapper[0] = wrapper
+def set_dispatch_wrapper(role, wrapper):
+    """Route every op through wrapper(inner, cls, func, types, args, kwargs):
+    role "eager" (run each top-level op at once) or "placement" (several devices
+    in one process); None removes it. Swapped rather than tested per op, so lazy
+    tracing pays nothing for either."""
+    if role not in _wrappers:
+        raise ValueError(f"unknown dispatch wrapper role {role!r}")
+    _wrappers[role] = wrapper
     _install_dispatch()

@@ -8,6 +8,8 @@ argument template the lowering will be called with, and check the lowering
 abstractly with jax.eval_shape so that errors surface at the user's line.
 """
 
+import jax
+import numpy as np
 import torch
 
 from ..base import config
@@ -19,6 +21,9 @@ from ..ir.node import _scalar_cache
 from ..ops import checks
 from ..ops.context import ctx  # noqa: F401  (rules and handlers read it)
 from ..ops.op import OpEntry, OpInfo, Slot, apply_entry  # noqa: F401
+from ..runtime import platform
+from .state import Base
+from .tensor import XLATensor, new_base
 
 NO_SPECIAL_SCALARS = config.flag("XLA_NO_SPECIAL_SCALARS")
 _SCALAR_TYPES = (float, int, bool, complex)
@@ -32,19 +37,16 @@ _NARROW = frozenset((torch.float32, torch.bfloat16, torch.float16, torch.complex
 
 
 class ValueArg:
-    """Duck-types an XLATensor in argument walks: a bare IR value with its aval."""
-    __slots__ = ("_v", "_aval", "_xb")
+    """An operand that is a bare IR value with its aval (no tensor holds it)."""
+    __slots__ = ("value", "aval")
 
     def __init__(self, v, aval):
-        self._v = v
-        self._aval = aval
-        self._xb = None
+        self.value = v
+        self.aval = aval
 
 
 # ---------------------------------------------------------------------------
 # argument walk
-
-_XLATensor = None  # set by tensor.py
 
 
 class DeviceMismatch(Exception):
@@ -72,9 +74,15 @@ class DimensionError(IndexError, RuntimeError):
 
 def _walk(a, key, ops, hs, scalar, fdt=None):
     t = type(a)
-    if t is _XLATensor or t is ValueArg:
-        key.append(a._aval)
-        v = a._v if a._xb is None else _view_value(a)
+    if t is XLATensor:
+        s = a._lazy
+        key.append(s.aval)
+        v = s.value if type(s) is Base else s.current()
+        ops.append(v)
+        hs.append(v[0].hash + v[1])
+    elif t is ValueArg:
+        key.append(a.aval)
+        v = a.value
         ops.append(v)
         hs.append(v[0].hash + v[1])
     elif t in _SCALAR_TYPES or (scalar and isinstance(a, _SCALAR_TYPES)):
@@ -98,9 +106,10 @@ def _walk(a, key, ops, hs, scalar, fdt=None):
         for x in a:
             _walk(x, key, ops, hs, scalar, fdt)
     elif isinstance(a, torch.Tensor):
-        if isinstance(a, _XLATensor):
-            key.append(a._aval)
-            v = a._v if a._xb is None else _view_value(a)
+        if isinstance(a, XLATensor):
+            s = a._lazy
+            key.append(s.aval)
+            v = s.value if type(s) is Base else s.current()
             ops.append(v)
             hs.append(v[0].hash + v[1])
         elif a.device.type == "meta":
@@ -125,11 +134,6 @@ def _cpu_scalar(a):
     return ir.scalar_value(a.item(), to_jax(a.dtype).name)
 
 
-def _view_value(t):
-    from .views import view_value
-    return view_value(t)
-
-
 def walk_args(args, kwargs, info):
     """-> (key tuple, operand values list, operand hash list)."""
     key = []
@@ -139,12 +143,14 @@ def walk_args(args, kwargs, info):
     fdt = None   # the dtype of the last tensor operand: how a float scalar is fed
     for i, a in enumerate(args):
         t = type(a)
-        if t is _XLATensor:
-            key.append(a._aval)
-            v = a._v if a._xb is None else _view_value(a)
+        if t is XLATensor:
+            s = a._lazy
+            aval = s.aval
+            key.append(aval)
+            v = s.value if type(s) is Base else s.current()
             ops.append(v)
             hs.append(v[0].hash + v[1])
-            fdt = a._aval[1]
+            fdt = aval[1]
         elif t is float and i in sp and not NO_SPECIAL_SCALARS and a != 0 and a != 1:
             # the hot case: a Python float operand (lr, eps, a constant factor)
             if fdt in _NARROW:
@@ -175,7 +181,7 @@ def walk_args(args, kwargs, info):
 def _template(a, counter, scalar):
     t = type(a)
     if isinstance(a, torch.Tensor) or t is ValueArg:
-        if isinstance(a, torch.Tensor) and not isinstance(a, _XLATensor) and a.device.type != "xla" and a.dim() != 0:
+        if isinstance(a, torch.Tensor) and not isinstance(a, XLATensor) and a.device.type != "xla" and a.dim() != 0:
             raise DeviceMismatch(a)
         s = Slot(counter[0])
         counter[0] += 1
@@ -189,14 +195,21 @@ def _template(a, counter, scalar):
     return a
 
 
-def _meta_arg(a):
+def aval_of(a):
+    """(shape, dtype) of an XLA tensor or a ValueArg."""
+    return a.aval if type(a) is ValueArg else a._lazy.aval
+
+
+def meta_arg(a):
+    """An argument as PyTorch's meta kernels take it: XLA tensors (and bare
+    values) become meta tensors of their avals."""
     if isinstance(a, torch.Tensor) or type(a) is ValueArg:
-        if isinstance(a, torch.Tensor) and not isinstance(a, _XLATensor):
+        if isinstance(a, torch.Tensor) and not isinstance(a, XLATensor):
             return a  # CPU 0-dim
-        shape, dtype = a._aval
+        shape, dtype = aval_of(a)
         return torch.empty(shape, dtype=dtype, device="meta")
     if type(a) in (list, tuple):
-        return type(a)(_meta_arg(x) for x in a)
+        return type(a)(meta_arg(x) for x in a)
     if isinstance(a, torch.device) and a.type == "xla":
         return torch.device("meta")
     return a
@@ -231,8 +244,9 @@ def _flatten_out(out):
 def describe_args(args, kwargs):
     def d(a):
         if isinstance(a, torch.Tensor) or type(a) is ValueArg:
-            shape, dtype = a._aval if hasattr(a, "_aval") else (tuple(a.shape), a.dtype)
-            dev = "" if hasattr(a, "_aval") else f"@{a.device}"
+            ours = type(a) is ValueArg or isinstance(a, XLATensor)
+            shape, dtype = aval_of(a) if ours else (tuple(a.shape), a.dtype)
+            dev = "" if ours else f"@{a.device}"
             return f"{str(dtype).replace('torch.', '')}{list(shape)}{dev}"
         if isinstance(a, (list, tuple)):
             return "[" + ", ".join(d(x) for x in a) + "]"
@@ -259,8 +273,8 @@ def make_entry(info, key, args, kwargs):
         kwt = {k: _template(v, counter, k in sk) for k, v in (kwargs or {}).items()}
     except DeviceMismatch as e:
         raise device_mismatch_error(info.name, e.args[0]) from None
-    margs = tuple(_meta_arg(a) for a in args)
-    mkw = {k: _meta_arg(v) for k, v in (kwargs or {}).items()}
+    margs = tuple(meta_arg(a) for a in args)
+    mkw = {k: meta_arg(v) for k, v in (kwargs or {}).items()}
     try:
         if info.meta is not None:
             out = info.meta(*margs, **mkw)
@@ -324,7 +338,6 @@ def _check_size(info, avals, args, kwargs):
         return
     if info.func is not None and any(r.alias_info is not None for r in info.func._schema.returns):
         return
-    from ..runtime import platform
     limit = platform.device_memory_bytes()
     if nbytes > limit:
         shapes = ", ".join(f"{_short_dtype(dt)}{list(shape)}" for shape, dt in avals)
@@ -342,8 +355,8 @@ def _promotable(a):
 
 
 def _collect_avals(a, out):
-    if type(a) is ValueArg or isinstance(a, _XLATensor):
-        out.append(a._aval)
+    if type(a) is ValueArg or isinstance(a, XLATensor):
+        out.append(aval_of(a))
     elif isinstance(a, (list, tuple)):
         for x in a:
             _collect_avals(x, out)
@@ -361,13 +374,11 @@ def device_mismatch_error(name, cpu_tensor):
 
 def _check_entry(e, args, kwargs):
     """Run the lowering abstractly; record dtype fix-ups; raise with the user's line."""
-    import jax
-    import numpy as np
     specs = []
 
     def spec_of(a):
-        if type(a) is ValueArg or isinstance(a, _XLATensor):
-            shape, dt = a._aval
+        if type(a) is ValueArg or isinstance(a, XLATensor):
+            shape, dt = aval_of(a)
             return jax.ShapeDtypeStruct(shape, to_jax(dt))
         if isinstance(a, torch.Tensor):
             return jax.ShapeDtypeStruct((), to_jax(a.dtype))
@@ -432,7 +443,6 @@ def trace_node(info, args, kwargs):
 
 def wrap(node, e):
     """New base tensors for a node's outputs, in the op's return structure."""
-    from .tensor import new_base
     if e.out_struct is None:
         return new_base((node, 0), e.out_avals[0])
     typ, struct = e.out_struct

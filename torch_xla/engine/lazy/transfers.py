@@ -10,16 +10,17 @@ import jax
 import numpy as np
 import torch
 
-from ..ir import node as ir
 from ..base import metrics, profiling
-from . import device_groups, views
-from ..base.dtypes import numpy_to_torch, storage_array, to_jax, torch_to_numpy
-from .executor import materialize
+from ..base.dtypes import numpy_to_torch, storage_array, torch_to_numpy
+from ..ir import node as ir
 from ..ops.op import fill_args
 from ..ops.registry import handler
-from .device import check_index
-from ..runtime.platform import jax_device
 from ..runtime import topology
+from . import device_groups, views
+from .device_groups import check_index
+from .executor import materialize, sync
+from .state import Base, value_of
+from .tensor import XLATensor, new_base
 
 
 def upload_array(cpu, device_index=None):
@@ -43,22 +44,15 @@ def upload_node(cpu, device_index=None):
     return ir.data_node(upload_array(cpu, device_index), tuple(cpu.shape), cpu.dtype)
 
 
-def value_of(t):
-    return t._v if t._xb is None else views.view_value(t)
-
-
 def device_array(t):
     """The jax.Array holding t's current value (runs pending IR)."""
-    base = t._xb
-    if base is not None and base._v[0].kind == ir.OP:
-        from .executor import sync
-        sync([base], reason="tensor access")
+    s = t._lazy
+    if type(s) is not Base and s.base.is_pending:
+        sync([t], reason="tensor access")
     v = value_of(t)
-    arr = materialize(v, t._aval, t.device.index if device_groups.active else 0)
-    if t._xb is None and t._v is v and v[0].kind == ir.OP:
-        t._v = (ir.data_node(arr, *t._aval), 0)
-        t._gen += 1
-        t._last_data = None
+    arr = materialize(v, s.aval, t.device.index if device_groups.active else 0)
+    if type(s) is Base and v[0].kind == ir.OP:
+        s.computed(arr, expected=v)
     return arr
 
 
@@ -70,15 +64,20 @@ def _host_view(t):
     the view ops run by eager PyTorch, instead of a small graph compiled for each
     new view (`w.grad.cpu()` of a transposed gradient, `x[i].item()` in a loop).
     None when the base is large next to the view, or a step has no aten op."""
-    base = t._xb
-    shape, dtype = base._aval
+    view = t._lazy
+    base = view.base
+    shape, dtype = base.aval
     numel = math.prod(shape)
     if numel * dtype.itemsize > _HOST_VIEW_BYTES and t.numel() * 4 < numel:
         return None
-    steps = t._chain
+    steps = view.chain
     if any(entry.info.func is None for entry, _ in steps):
         return None
-    out = to_cpu(base)
+    v = base.value
+    arr = materialize(v, base.aval, base.device if device_groups.active else 0)
+    if v[0].kind == ir.OP:
+        base.computed(arr, expected=v)
+    out = _host_value(arr, base.aval[1])
     try:
         for entry, idx in steps:
             args, kwargs = fill_args(entry, [out])
@@ -92,25 +91,28 @@ def _host_view(t):
 
 
 def to_cpu(t):
-    if t._xb is not None and t._chain:
+    s = t._lazy
+    if type(s) is not Base and s.chain:
         out = _host_view(t)
         if out is not None:
             return out
-    arr = device_array(t)
+    return _host_value(device_array(t), s.aval[1])
+
+
+def _host_value(arr, dtype):
+    """A device array read back as a CPU tensor of `dtype`."""
     t0 = time.perf_counter_ns()
     with profiling.region(profiling.TRANSFER_FROM_DEVICE):
         host = topology.host_value(arr)
-    out = numpy_to_torch(host, t._aval[1])
+    out = numpy_to_torch(host, dtype)
     metrics.metric("TransferFromDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("InboundData", host.nbytes, kind="bytes")
     return out
 
 
 @handler("copy_.default")
-def _copy_(args, kwargs):
+def copy_(args, kwargs):
     dst, src = args[0], args[1]
-    from .tensor import XLATensor
-    from .dispatch import assign_result, _cast_to
     if not isinstance(dst, XLATensor):
         with torch.no_grad():
             dst.copy_(to_cpu(src))
@@ -118,13 +120,14 @@ def _copy_(args, kwargs):
     if isinstance(src, XLATensor):
         if device_groups.active and src.device != dst.device:
             src = _moved(src, dst.device)
-        assign_result(dst, src)
+        views.assign_result(dst, src)
         return dst
     node = upload_node(src)
     v = (node, 0)
     aval = (tuple(src.shape), src.dtype)
-    if aval != dst._aval:
-        v = _cast_to(v, aval, dst._aval)
+    daval = dst._lazy.aval
+    if aval != daval:
+        v = views.cast_to(v, aval, daval)
     views.assign(dst, v, fresh=True)
     return dst
 
@@ -142,24 +145,23 @@ def _to_copy(args, kwargs):
         if kwargs.get("pin_memory"):
             out = out.pin_memory()
         return out
-    from .dispatch import _cast_to
-    from .tensor import new_base
     if device_groups.active and device is not None and device_groups.resolve(device) != x.device.index:
         x = _moved(x, device_groups.xla_device(device_groups.resolve(device)))
-    aval = (x._aval[0], dtype)
-    return new_base(_cast_to(value_of(x), x._aval, aval), aval)
+    xaval = x._lazy.aval
+    aval = (xaval[0], dtype)
+    return new_base(views.cast_to(value_of(x), xaval, aval), aval)
 
 
 def _moved(t, device):
     """t's value as a new tensor on another XLA device of this process: its buffer
     is computed on its own device, then copied device to device."""
-    from .tensor import new_base
     arr = device_array(t)
     t0 = time.perf_counter_ns()
     with profiling.region(profiling.TRANSFER_TO_DEVICE):
         moved = jax.device_put(arr, topology.device_for(device.index))
     metrics.metric("TransferToDeviceTime", time.perf_counter_ns() - t0)
-    return device_groups.on_device(device.index, new_base, (ir.data_node(moved, *t._aval), 0), t._aval)
+    aval = t._lazy.aval
+    return device_groups.on_device(device.index, new_base, (ir.data_node(moved, *aval), 0), aval)
 
 
 @handler("_local_scalar_dense.default")
@@ -209,7 +211,7 @@ def _resize_as_(args, kwargs):
 
 @handler("set_.source_Tensor")
 def _set_tensor(args, kwargs):
-    return views._make_alias_of(args[0], args[1])
+    return views.alias_of(args[0], args[1])
 
 
 @handler("set_.default")
@@ -223,5 +225,3 @@ def _set_storage(args, kwargs):
         "torch_xla: set_ with a Storage is not supported on XLA tensors (XLA tensors have no storage); "
         "use set_(tensor) or tensor.data = other")
 
-
-del to_jax

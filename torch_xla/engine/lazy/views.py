@@ -1,16 +1,19 @@
 """Aliasing: views of a base and mutation through either.
 
-A view is its base plus a chain of view steps (the OpEntry of each aten view
-op at its input's aval, and which output it took). Reading a view re-applies
-the chain to the base's current value when the base changed since the view's
-value was cached. Writing a view scatters the new value back through the
-chain into a new base value, so the base and every other view see it.
+A view reads a `state.Base` through a chain of view steps (the OpEntry of each
+aten view op at its input's aval, and which output it took). Reading a view
+re-applies the chain to the base's current value when the base changed since
+the view's value was cached. Writing a view scatters the new value back
+through the chain into a new base value, so the base and every other view see
+it. An in-place view op (`t_`, `unsqueeze_`, `as_strided_`, ...) makes its
+tensor a view of the storage it read, so other views of that storage keep
+their own layout, as in eager PyTorch.
 
 Views report the strides and storage offset they have in eager PyTorch
 (from the view op's meta kernel on an input of the same layout), so
 `is_contiguous()`, `.contiguous()` and `reshape` copy exactly when eager
-copies. `as_strided` is taken relative to the root base's storage, as
-PyTorch takes it relative to the storage.
+copies. `as_strided` is taken relative to the base's storage, as PyTorch
+takes it relative to the storage.
 """
 import warnings
 
@@ -20,38 +23,14 @@ import numpy as np
 import torch
 from jax import lax
 
+from ..base.dtypes import to_jax
+from ..base.frames import where
 from ..ir import node as ir
-from . import tensor
 from ..ops.registry import lower
+from . import state
+from .state import Base, View, apply_step, value_of
+from .tensor import XLATensor, new_base, new_view
 from .tracing import OpInfo, ValueArg, apply_entry, trace_node
-
-
-def _apply_step(step, v, aval):
-    entry, idx = step
-    h = hash((v[0].hash + v[1], entry.hash))
-    node = ir.Node(ir.OP, entry, (v,), h)
-    return (node, idx), entry.out_avals[idx]
-
-
-def view_value(t):
-    base = t._xb
-    if not t._chain:
-        return base._v
-    if t._vgen == base._gen:
-        return t._v
-    v, aval = base._v, base._aval
-    for step in t._chain:
-        v, aval = _apply_step(step, v, aval)
-    t._v = v
-    t._vgen = base._gen
-    tensor.pending_views.append(tensor._ref(t))
-    return v
-
-
-def _root(src):
-    if src._xb is None:
-        return src, (), src._gen
-    return src._xb, src._chain, src._xb._gen
 
 
 _GEOM = {}
@@ -65,23 +44,22 @@ def _contiguous_strides(shape):
     return tuple(reversed(st))
 
 
-def _geometry(info, entry, src, args, kwargs):
+def _geometry(info, entry, layout, aval, args, kwargs):
     """(strides, storage_offset) of each output of a view op, as eager PyTorch
     lays them out (None where contiguous at offset 0), from the op's meta
-    kernel on an input with src's strides. Memoised per entry and input layout."""
-    shape, dtype = src._aval
-    if src._xb is None:  # a base holds its value contiguous at offset 0
+    kernel on an input of `aval` with `layout` ((strides, offset); None for a
+    base, which holds its value contiguous at offset 0). Memoised per entry
+    and input layout."""
+    shape, dtype = aval
+    if layout is None:
         key = entry
-        got = _GEOM.get(key)
-        if got is not None:
-            return got
         stride, off = _contiguous_strides(shape), 0
     else:
-        stride, off = tuple(src.stride()), src.storage_offset()
+        stride, off = layout
         key = (entry, stride, off)
-        got = _GEOM.get(key)
-        if got is not None:
-            return got
+    got = _GEOM.get(key)
+    if got is not None:
+        return got
     try:
         n = 0 if 0 in shape else off + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
         m = torch.empty(n, dtype=dtype, device="meta").as_strided(shape, stride, off)
@@ -103,43 +81,49 @@ def make_view_handler(info):
     """Handler for an aten view op (transpose, select, view, split, ...)."""
     if info.lowering is None:
         def missing(args, kwargs):
-            from .tracing import where
             raise NotImplementedError(f"torch_xla: view op aten::{info.name} has no lowering (at {where()})")
         return missing
     as_strided = info.name.split(".")[0] == "as_strided"
 
     def handler(args, kwargs):
         src = args[0]
-        if as_strided and src._xb is not None:
-            # relative to the storage, i.e. the root base
+        s = src._lazy
+        if type(s) is Base:
+            base, chain, layout = s, (), None
+        elif as_strided:
+            # relative to the storage, i.e. the base
             args = list(args)
             off = args[3] if len(args) > 3 else kwargs.pop("storage_offset", None)
             if off is None:
                 off = src.storage_offset()
-            args = (src._xb, args[1], args[2], off)
-            src = src._xb
+            base = s.base
+            args = (ValueArg(base.value, base.aval), args[1], args[2], off)
+            s, chain, layout = base, (), None
+        else:
+            base, chain, layout = s.base, s.chain, (tuple(src.stride()), src.storage_offset())
         node, entry = trace_node(info, args, kwargs)
-        base, chain, gen = _root(src)
-        geom = _geometry(info, entry, src, args, kwargs)
+        gen = base.gen
+        geom = _geometry(info, entry, layout, s.aval, args, kwargs)
         if entry.out_struct is None:
-            return tensor.new_view(base, chain + ((entry, 0),), entry.out_avals[0], (node, 0), gen, geom[0])
+            return new_view(base, chain + ((entry, 0),), entry.out_avals[0], (node, 0), gen, geom[0])
         typ, struct = entry.out_struct
-        return typ(tensor.new_view(base, chain + ((entry, i),), entry.out_avals[i], (node, i), gen, geom[i])
+        return typ(new_view(base, chain + ((entry, i),), entry.out_avals[i], (node, i), gen, geom[i])
                    for i in range(len(entry.out_avals)))
     return handler
 
 
-def _geom_of(t):
+def geometry_of(t):
+    """t's (strides, storage offset), or None when contiguous at offset 0."""
     g = (tuple(t.stride()), t.storage_offset())
     return None if g == (_contiguous_strides(tuple(t.shape)), 0) else g
 
 
 def alias(t):
     """detach/alias: a new tensor object on the same storage."""
-    base, chain, gen = _root(t)
-    if t._xb is None:
-        return tensor.new_view(base, chain, t._aval, t._v, gen)
-    return tensor.new_view(base, chain, t._aval, view_value(t), gen, _geom_of(t))
+    s = t._lazy
+    if type(s) is Base:
+        return new_view(s, (), s.aval, s.value, s.gen)
+    return new_view(s.base, s.chain, s.aval, s.current(), s.base.gen, geometry_of(t))
 
 
 # ---------------------------------------------------------------------------
@@ -214,10 +198,10 @@ _OVERLAP_MSG = ("unsupported operation: more than one element of the written-to 
                  "memory location. Please clone() the tensor before performing the operation.")
 
 
-def _check_no_overlap(t):
+def _check_no_overlap(view):
     """PyTorch refuses writes into views where elements share memory (expand,
     overlapping unfold); so do we."""
-    for entry, _ in t._chain:
+    for entry, _ in view.chain:
         name = entry.name.split(".")[0]
         if name in ("expand", "expand_copy", "broadcast_to"):
             ins = entry.in_avals[0][0]
@@ -234,53 +218,110 @@ def _check_no_overlap(t):
 
 _SCATTER = OpInfo("view_scatter", None, _scatter_lowering, meta=_scatter_meta)
 
+_PARTIAL_MSG = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+                "a single memory location. Please clone() the tensor before performing the operation.")
 
-def assign(t, v, aval=None, fresh=False):
-    """Make v the new value of tensor t (a base or a view). v has t's aval.
-    A device-data value that another tensor may hold too (fresh=False) is
-    marked shared, so that a later barrier never donates its buffer."""
-    base = t._xb
+
+def check_partial_overlap(target, operands):
+    """Eager PyTorch refuses an in-place op whose operand shares part, but not
+    all, of the target's memory (`v.view(1).sub_(v)` for a 0-dim v); so do we.
+    Memory is the Base both read; extents come from the eager layout views
+    report, compared only for dense layouts, as eager does."""
+    ts = target._lazy
+    tb = ts if type(ts) is Base else ts.base
+    for a in operands:
+        if type(a) is not XLATensor or a is target:
+            continue
+        s = a._lazy
+        if (s if type(s) is Base else s.base) is tb and _partial_overlap(target, a):
+            raise RuntimeError(_PARTIAL_MSG)
+
+
+def _extent(t):
+    """(first byte, end byte, strides) of a dense, non-overlapping t in its storage; None otherwise."""
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    if t.numel() == 0:
+        return None
+    expected = 1   # dense: the strides, smallest first, pack the sizes with no gap
+    for stride, n in sorted((st, n) for n, st in zip(shape, strides) if n != 1):
+        if stride != expected:
+            return None
+        expected *= n
+    size = t.element_size()
+    begin = t.storage_offset() * size
+    return begin, begin + t.numel() * size, strides
+
+
+def _partial_overlap(a, b):
+    ea, eb = _extent(a), _extent(b)
+    if ea is None or eb is None:
+        return False
+    if ea[:2] == eb[:2]:
+        return ea[2] != eb[2]
+    return ea[0] < eb[1] and eb[0] < ea[1]
+
+
+def assign(t, v, fresh=False):
+    """Make IR value v (of t's aval) the new value of tensor t, a base or a view
+    (a view scatters it back into its base). A device-data value that another
+    tensor may hold too (fresh=False) is marked shared, so that a later barrier
+    never donates its buffer."""
     if v[0].kind == ir.DATA and not fresh:
         v[0].exclusive = False
-    if base is None:
-        old = t._v
-        t._v = v
-        t._gen += 1
-        if old[0].kind == ir.DATA:
-            t._last_data = old[0]
-            if v[0].kind == ir.OP:
-                tensor.pending.append(tensor._ref(t))
-        elif old[0].kind == ir.SCALAR and v[0].kind == ir.OP:
-            tensor.pending.append(tensor._ref(t))
-        elif old[0].kind == ir.OP and v[0].kind == ir.DATA:
-            # an upload into a fresh `empty` (tensor.to("xla"), torch.tensor(...,
-            # device="xla")): nothing is pending any more; dropping its entry keeps
-            # the tensor free of weak references (nn.Module._apply may swap it)
-            tensor.drop_last_pending(t)
+    s = t._lazy
+    if type(s) is Base:
+        s.write(v)
         return
-    _check_no_overlap(t)
+    _check_no_overlap(s)
+    base = s.base
     # through the chain: parents[i] is the input of chain step i
     parents = []
-    pv, paval = base._v, base._aval
-    for step in t._chain:
+    pv, paval = base.value, base.aval
+    for step in s.chain:
         parents.append((pv, paval))
-        pv, paval = _apply_step(step, pv, paval)
-    cur, caval = v, t._aval
-    for step, (pv, paval) in zip(reversed(t._chain), reversed(parents)):
+        pv, paval = apply_step(step, pv), step[0].out_avals[step[1]]
+    cur, caval = v, s.aval
+    for step, (pv, paval) in zip(reversed(s.chain), reversed(parents)):
         node, _ = trace_node(_SCATTER, (ValueArg(pv, paval), ValueArg(cur, caval)), {"step": step})
         cur, caval = (node, 0), paval
-    assign(base, cur)
-    t._v = v
-    t._vgen = base._gen
-    if v[0].kind == ir.OP:
-        # a barrier computes it beside its base, as a view derived by reading: else the
-        # next graph re-derives it from the base (a gradient accumulated into a view
-        # alternated between two graphs, one more compile than upstream's)
-        tensor.pending_views.append(tensor._ref(t))
+    base.write(cur)
+    s.written(v)
 
 
 # ---------------------------------------------------------------------------
-# changing a tensor's metadata: .data =, set_, resize_
+# writing one tensor's value into another, with a cast
+
+def _convert_meta(x, *, shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _convert_lowering(x, *, shape, dtype):
+    target = to_jax(dtype)
+    if jnp.iscomplexobj(x) and not jnp.issubdtype(target, jnp.complexfloating):
+        x = jnp.real(x)   # PyTorch keeps the real part (with its own warning); JAX's cast is deprecated
+    return jnp.broadcast_to(x.astype(target), shape)
+
+
+_CONVERT = OpInfo("_to_copy", None, _convert_lowering, meta=_convert_meta)
+
+
+def cast_to(v, from_aval, to_aval):
+    """IR value v (of from_aval) converted and broadcast to to_aval."""
+    node, _ = trace_node(_CONVERT, (ValueArg(v, from_aval),), {"shape": to_aval[0], "dtype": to_aval[1]})
+    return (node, 0)
+
+
+def assign_result(target, result):
+    """Write XLA tensor `result` into `target` (cast/broadcast to target's aval)."""
+    v = value_of(result)
+    ra, ta = result._lazy.aval, target._lazy.aval
+    if ra != ta:
+        v = cast_to(v, ra, ta)
+    assign(target, v)
+
+
+# ---------------------------------------------------------------------------
+# changing what a tensor reads: in-place view ops, set_, resize_
 
 def _swap_meta(t, shape, dtype, geom=None):
     """Give the PyTorch-visible tensor t a new shape/dtype (its Python state is
@@ -293,63 +334,31 @@ def _swap_meta(t, shape, dtype, geom=None):
     torch._C.TensorBase.data.__set__(t, fresh)
 
 
-def _value(t):
-    return t._v if t._xb is None else view_value(t)
-
-
-def _make_alias_of(t, source):
-    """t (base or view) becomes another name for source's storage."""
-    if t is source:
-        return t
-    base, chain, gen = _root(source)
-    if base is t:
-        raise RuntimeError("torch_xla: set_ of a tensor to a view of itself is not supported")
-    _swap_meta(t, source._aval[0], source._aval[1], _geom_of(source) if source._xb is not None else None)
-    t._v = _value(source)
-    t._aval = source._aval
-    t._xb = base
-    t._chain = chain
-    t._vgen = gen
+def take_view(t, nv):
+    """An in-place view op (t_, transpose_, squeeze_, unsqueeze_, as_strided_, ...):
+    t becomes the view nv of the storage it read (nv's metadata through .data,
+    which PyTorch does not dispatch). Other views of that storage keep theirs."""
+    torch._C.TensorBase.data.__set__(t, nv)
+    state.share(t, nv)
     return t
 
 
-def set_data(t, new):
-    """`t.data = new`: t takes new's shape, dtype and current value. (t keeps its
-    own storage: later in-place changes of `new` do not reach t.)"""
-    if not isinstance(new, tensor.XLATensor):
-        raise RuntimeError(
-            f"torch_xla: `tensor.data = other` needs other on the XLA device too, got a {new.device} tensor; "
-            f"use other.to('xla')")
-    torch._C.TensorBase.data.__set__(t, new)  # sizes, dtype (and PyTorch's own checks)
-    if new._xb is not None and _geom_of(new) is not None:
-        _swap_meta(t, new._aval[0], new._aval[1])  # t holds the value as a contiguous base
-    v = _value(new)
-    if v[0].kind == ir.DATA:
-        v[0].exclusive = False
-    if t._xb is None:
-        t._aval = new._aval
-        assign(t, v)
-        return
-    # a view (an nn.Parameter is an alias of its data) becomes a base of its own
-    t._xb = None
-    t._aval = new._aval
-    t._v = v
-    t._gen = getattr(t, "_gen", 0) + 1
-    t._last_data = None
-    if v[0].kind == ir.OP:
-        tensor.pending.append(tensor._ref(t))
+def alias_of(t, source):
+    """set_(source): t (base or view) becomes another name for source's storage."""
+    if t is source:
+        return t
+    s = source._lazy
+    _swap_meta(t, s.aval[0], s.aval[1], geometry_of(source) if type(s) is View else None)
+    state.share(t, source)
+    return t
 
 
 def set_empty(t):
     """set_(): t becomes an empty tensor with storage of its own."""
-    node, _ = trace_node(_RESIZE, (ValueArg(_value(t), t._aval),), {"shape": (0,)})
-    _swap_meta(t, (0,), t._aval[1])
-    t._xb = None
-    t._aval = ((0,), t._aval[1])
-    t._v = (node, 0)
-    t._gen = getattr(t, "_gen", 0) + 1
-    t._last_data = None
-    tensor.pending.append(tensor._ref(t))
+    aval = t._lazy.aval
+    node, _ = trace_node(_RESIZE, (ValueArg(value_of(t), aval),), {"shape": (0,)})
+    _swap_meta(t, (0,), aval[1])
+    state.make_base(t, (node, 0), ((0,), aval[1]), state.base_of(t).device)
     return t
 
 
@@ -371,24 +380,21 @@ _RESIZE = OpInfo("resize_", None, _resize_lowering, meta=_resize_meta)
 
 
 def resize(t, size):
-    """resize_ of a base tensor: keeps the leading elements (row-major), new ones are 0."""
+    """resize_ of a base tensor: keeps the leading elements (row-major), new ones are
+    0. The tensor gets storage of its own (views taken before keep the old one)."""
     size = tuple(int(s) for s in size)
-    if size == tuple(t._aval[0]):
+    s = t._lazy
+    if size == tuple(s.aval[0]):
         return t
-    if any(s < 0 for s in size):
+    if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    if t._xb is not None:
+    if type(s) is View:
         raise RuntimeError(
             f"torch_xla: resize_ of a view (shape {list(t.shape)} -> {list(size)}) is not supported on XLA "
             f"tensors; resize the base tensor or use .reshape()/.clone()")
-    node, _ = trace_node(_RESIZE, (ValueArg(_value(t), t._aval),), {"shape": size})
-    _swap_meta(t, size, t._aval[1])
-    t._aval = (size, t._aval[1])
-    old = t._v
-    t._v = (node, 0)
-    t._gen += 1
-    t._last_data = old[0] if old[0].kind == ir.DATA else None
-    tensor.pending.append(tensor._ref(t))
+    node, _ = trace_node(_RESIZE, (ValueArg(s.value, s.aval),), {"shape": size})
+    _swap_meta(t, size, s.aval[1])
+    state.make_base(t, (node, 0), (size, s.aval[1]), s.device)
     return t
 
 

@@ -29,6 +29,7 @@ from ..base import metrics as _metrics
 from ..ir.graph import op_name, xla_shape
 from ..ir.node import DATA
 from ..lazy import mode
+from ..lazy import state as _state
 from ..runtime import topology
 
 LEVEL = config.debug_level()
@@ -289,8 +290,7 @@ _created_counted = [0]
 def flush_created():
     """CreateXlaTensor: tensors that became pending since the last count (read
     from the executor's running total when someone looks, never per op)."""
-    from ..lazy import tensor as _tensor
-    total = _tensor.pending_total()
+    total = _state.pending_total()
     new = total - _created_counted[0]
     _created_counted[0] = total
     if new > 0:
@@ -526,14 +526,14 @@ def _input_tensors(g):
 
     def visit(name, obj, depth=0):
         if isinstance(obj, torch.Tensor):
-            if not hasattr(obj, "_xb"):
+            if "_lazy" not in obj.__dict__:
                 return
             # a base tensor, or an alias of a whole base (a Parameter moved by Module.to)
-            base = obj if obj._xb is None else (obj._xb if not obj._chain else None)
+            base = _state.whole_base(obj)
             if base is None:
                 return
             # its current data, or the data it held before this step's update
-            for node in (base._v[0], getattr(base, "_last_data", None)):
+            for node in (base.value[0], base.prev_data):
                 if id(node) in want:
                     names.setdefault(want[id(node)], (name, obj))
         elif isinstance(obj, torch.nn.Module) and depth == 0:
@@ -667,6 +667,5 @@ def install():
     if flush_op_counters not in _metrics.flushers:
         _metrics.flushers.append(flush_op_counters)
     if flush_created not in _metrics.flushers:
-        from ..lazy import tensor as _tensor
-        _created_counted[0] = _tensor.pending_total()
+        _created_counted[0] = _state.pending_total()
         _metrics.flushers.append(flush_created)

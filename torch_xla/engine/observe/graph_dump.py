@@ -353,26 +353,6 @@ def render(values, fmt):
     return to_stablehlo(values)
 
 
-def graph_record(name, values, frames, graph_hash, fmt, root_hashes=None):
-    """One upstream-style record: [name], frames, root hashes, the graph, its hash."""
-    lines = [f"[{name}]", "TensorsGraphInfo:"]
-    for fn, file, line in frames:
-        lines.append(f"  {fn} ({file}:{line})")
-    values = _graph(values)
-    hashes = root_hashes if root_hashes is not None else [f"{(v[0].hash + v[1]) & ((1 << 64) - 1):016x}" for v in values.roots]
-    lines.append("")
-    lines.append("Root Hashes: (" + ", ".join(hashes) + ")")
-    lines.append("")
-    lines.append("## BEGIN_GRAPH")
-    text = render(values, fmt)
-    lines.append(text.rstrip("\n"))
-    lines.append(f"Graph Hash: {graph_hash}")
-    lines.append("")
-    lines.append("## END_GRAPH")
-    lines.append("")
-    return "\n".join(lines) + "\n"
-
-
 _hlo_cache = {}
 
 

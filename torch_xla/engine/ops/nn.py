@@ -346,7 +346,7 @@ def _bn_eval(x, w, b, rm, rv, eps):
     return y.astype(x.dtype)
 
 
-def _bn_lowering(x, w, b, rm, rv, *, training, momentum, eps):
+def batch_norm_lowering(x, w, b, rm, rv, *, training, momentum, eps):
     """-> (out, save_mean, save_invstd, new_running_mean, new_running_var)"""
     if training:
         y, mean, invstd, var = _bn_train(x, w, b, eps)
@@ -362,7 +362,7 @@ def _bn_lowering(x, w, b, rm, rv, *, training, momentum, eps):
     return [y, jnp.zeros(_os(1), _od(1)), jnp.zeros(_os(2), _od(2))]
 
 
-def _bn_meta(x, w, b, rm, rv, *, training, momentum, eps):
+def batch_norm_meta(x, w, b, rm, rv, *, training, momentum, eps):
     c = x.shape[1]
     sdt = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
     outs = [torch.empty_like(x)]

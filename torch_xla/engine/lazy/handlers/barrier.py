@@ -2,9 +2,12 @@
 tensors, written back into them in place. XLA may not move computation across
 it (nor merge the recompute of a checkpointed block with the forward)."""
 import torch
+from jax import lax
 
 from ...ops.op import OpInfo
-from ..tracing import trace_node, wrap
+from .. import eager, state
+from ..tensor import XLATensor
+from ..tracing import ValueArg, trace_node
 
 
 def _meta(tensors):
@@ -12,7 +15,6 @@ def _meta(tensors):
 
 
 def _lowering(tensors):
-    from jax import lax
     return list(lax.optimization_barrier(tuple(tensors)))
 
 
@@ -21,23 +23,20 @@ _BARRIER = OpInfo("optimization_barrier", None, _lowering, meta=_meta)
 
 def optimization_barrier_(tensors):
     """Pass every XLA tensor of `tensors` through one optimization barrier, in place."""
-    from ..dispatch import assign_result
-    from ..tensor import XLATensor
-    # a view passes through as its root base (views re-derive from it); an
+    # a view passes through as its base's storage (views re-derive from it); an
     # expanded view could not be written element by element anyway
-    xs, seen = [], set()
+    bases, seen = [], set()
     for t in tensors:
         if isinstance(t, XLATensor):
-            b = t if t._xb is None else t._xb
+            b = state.base_of(t)
             if id(b) not in seen:
                 seen.add(id(b))
-                xs.append(b)
-    if not xs:
+                bases.append(b)
+    if not bases:
         return
-    node, entry = trace_node(_BARRIER, (xs,), {})
-    for t, r in zip(xs, wrap(node, entry)):
-        assign_result(t, r)
+    values = [b.value for b in bases]
+    node, entry = trace_node(_BARRIER, ([ValueArg(v, b.aval) for v, b in zip(values, bases)],), {})
+    for k, b in enumerate(bases):
+        b.write((node, k))
     # a top-level call outside __torch_dispatch__: in eager mode it runs as one op
-    from .. import mode
-    if mode.current() == mode.EAGER and mode.state.depth == 0:
-        mode.run_eager_op()
+    eager.run_if_top_level()

@@ -3,14 +3,16 @@ saved statistics and the updated running statistics, which are written back
 into the running-stat tensors in place (the rules are ops/nn.py's)."""
 import torch
 
-from ...ops.nn import _bn_lowering, _bn_meta
+from ...ops.nn import batch_norm_lowering, batch_norm_meta
 from ...ops.op import OpInfo
 from ...ops.registry import handler
-from .. import tensor, views
+from .. import views
+from ..dispatch import call
+from ..tensor import new_base
 from ..tracing import trace_node, wrap
 
 
-_BN = OpInfo("native_batch_norm", None, _bn_lowering, meta=_bn_meta)
+_BN = OpInfo("native_batch_norm", None, batch_norm_lowering, meta=batch_norm_meta)
 
 
 def _batch_norm(x, w, b, rm, rv, training, momentum, eps, n_out=3):
@@ -25,13 +27,13 @@ def _batch_norm(x, w, b, rm, rv, training, momentum, eps, n_out=3):
                 k += 1
     res = list(outs[:3])
     if n_out == 4:
-        res.append(tensor.new_base(_empty_u8(node), ((0,), torch.uint8)))
+        res.append(new_base(_empty_u8(), ((0,), torch.uint8)))
     return tuple(res)
 
 
-def _empty_u8(node):
-    from ..dispatch import _call
-    return _call(torch.ops.aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("xla")})._v
+def _empty_u8():
+    t = call(torch.ops.aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": torch.device("xla")})
+    return t._lazy.value
 
 
 @handler("native_batch_norm.default")

@@ -14,11 +14,17 @@ operands, so gradients reach weights used inside a loop body.
 """
 import hashlib
 
+import jax
 import torch
+from jax import lax
 
+from ...base.dtypes import JAX_TO_TORCH
+from ...ir import node as ir
 from ...ops.op import OpInfo
 from ..subgraph import CaptureError, capture, jax_spec  # noqa: F401  (re-exported)
+from ..tensor import XLATensor
 from ..tracing import ValueArg, trace_node, wrap
+from . import random as rnd
 
 
 class Spec:
@@ -169,7 +175,6 @@ def vjp_spec(spec, diff, fouts):
     f_forward = spec.fn
 
     def fn(*args):
-        import jax
         prim = list(args[:n])
         cts = args[n:]
 
@@ -203,8 +208,6 @@ def _split_specs(spec, diff, fouts):
     key = (spec, diff, fouts)
     if key in _split_cache:
         return _split_cache[key]
-    import jax
-    from ...base.dtypes import JAX_TO_TORCH
     n = len(spec.in_avals)
     f_forward = spec.fn
     others = tuple(i for i in range(len(spec.out_avals)) if i not in fouts)
@@ -299,7 +302,7 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
         if x.dim() == 0 or x.shape[0] != length:
             raise ValueError("scan: every leaf of xs needs the same leading dimension "
                              f"(got {[tuple(t.shape) for t in xs]})")
-    carry_avals = [t._aval for t in init]
+    carry_avals = [t._lazy.aval for t in init]
     x_avals = [(tuple(x.shape[1:]), x.dtype) for x in xs]
     grads = _grad_flags(list(init) + list(xs))
     cache_key = (tuple(carry_avals), tuple(x_avals), grads)
@@ -307,7 +310,6 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
     cached = body is not None
     seed_slots = ()
     if body is None:
-        from . import random as rnd
         pin, taken = _seed_pin(rnd.rng.seed)
         body = capture(_as_differentiated(fn_flat, grads), carry_avals + x_avals, name, pin=pin)
         seed_slots = tuple(j for j, _ in _seed_slots(body, taken))
@@ -325,7 +327,6 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
     y_avals = [((length,) + tuple(s), d) for s, d in body.out_avals[nc:]]
 
     def fn(*ops):
-        from jax import lax
         c0 = tuple(ops[:nc])
         xs_ = tuple(ops[nc:nc + nx])
         ext = list(ops[nc + nx:])
@@ -347,13 +348,12 @@ def scan(fn_flat, n_carry, init, xs, reverse=False, name="scan's fn", body_cache
         if seed_slots:
             c0 = (lax.full((), 0, ext[seed_slots[0]].dtype),) + c0
         if remat:   # keep only the carry per iteration; the backward loop recomputes the rest
-            import jax
             step = jax.checkpoint(step, prevent_cse=False)
         c, ys = lax.scan(step, c0, xs_, length=length, reverse=reverse)
         return list(c[1:] if seed_slots else c) + list(ys)
 
     spec = Spec("scan", (body.key, nc, nx, length, bool(reverse), bool(remat), seed_slots), fn,
-                carry_avals + [x._aval for x in xs] + list(body.ext_avals),
+                carry_avals + [x._lazy.aval for x in xs] + list(body.ext_avals),
                 carry_avals + y_avals)
     operands = list(init) + list(xs) + body.ext_operands()
     if not cached:
@@ -369,14 +369,13 @@ def _seed_pin(start):
     """A `pin` for capture that keeps the seeds random ops took from the generator
     (from `start` on) while fn was traced as operands of the body, not random
     values drawn once outside it; -> (pin, taken seeds, in the order taken)."""
-    from . import random as rnd
     taken = []
 
     def pin():
         s = start
         while s != rnd.rng.seed and len(taken) < 1 << 16:
             taken.append(s)
-            s = rnd._advance(s)
+            s = rnd.advance(s)
         if not taken:
             return None
         seeds = set(taken)
@@ -402,7 +401,7 @@ def _release(body):
 
 def while_loop(cond_flat, body_flat, carried, name="while_loop"):
     """lax.while_loop: cond_flat(*carry) -> 0-dim tensor, body_flat(*carry) -> new carry."""
-    avals = [t._aval for t in carried]
+    avals = [t._lazy.aval for t in carried]
     cb = capture(cond_flat, avals, "cond_fn")
     if len(cb.out_avals) != 1 or tuple(cb.out_avals[0][0]) != ():
         raise ValueError(f"while_loop: cond_fn must return one 0-dim tensor, got {list(cb.out_avals)}")
@@ -413,7 +412,6 @@ def while_loop(cond_flat, body_flat, carried, name="while_loop"):
     n, nce = len(carried), len(cb.ext_avals)
 
     def fn(*ops):
-        from jax import lax
         c0 = tuple(ops[:n])
         ce = list(ops[n:n + nce])
         be = list(ops[n + nce:])
@@ -442,7 +440,8 @@ def while_loop(cond_flat, body_flat, carried, name="while_loop"):
 _call_cache = {}
 
 
-def _static_key(x):
+def static_key(x):
+    """A cache-key part for a non-tensor argument: its value when hashable, else its identity."""
     try:
         hash(x)
         return ("v", type(x), x)
@@ -454,8 +453,6 @@ def call_jax(jax_fn, args, kwargs=None, name=None):
     """jax_fn(*args, **kwargs) as one node; XLA tensors in args/kwargs (any pytree)
     are passed as JAX arrays, everything else as Python values. -> the result
     pytree with XLA tensors for arrays."""
-    import jax
-    from ..tensor import XLATensor
     kwargs = kwargs or {}
     leaves, tree = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
     tensors, statics, is_t = [], [], []
@@ -468,8 +465,8 @@ def call_jax(jax_fn, args, kwargs=None, name=None):
         else:
             statics.append(x)
             is_t.append(False)
-    in_avals = tuple(t._aval for t in tensors)
-    key = (jax_fn, tree, tuple(is_t), tuple(_static_key(s) for s in statics), in_avals, name)
+    in_avals = tuple(t._lazy.aval for t in tensors)
+    key = (jax_fn, tree, tuple(is_t), tuple(static_key(s) for s in statics), in_avals, name)
     spec = _call_cache.get(key)
     if spec is None:
         def call(*arrays):
@@ -480,7 +477,6 @@ def call_jax(jax_fn, args, kwargs=None, name=None):
 
         out = jax.eval_shape(call, *[jax_spec(a) for a in in_avals])
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
-        from ...base.dtypes import JAX_TO_TORCH
         out_avals = [(tuple(o.shape), JAX_TO_TORCH[o.dtype]) for o in out_leaves]
 
         def fn(*arrays):
@@ -507,7 +503,6 @@ def pure_body(fn_flat, in_avals, name="assume_pure function", seeded=False):
     values they had at capture (as a jitted function's constants); with
     `seeded`, the seeds random ops took are replaced on each call by the ones a
     generator seeded with the call's `rng_seed` would give."""
-    from . import random as rnd
     saved = rnd.rng.seed
     if seeded:
         rnd.rng.seed = _SENTINEL_SEED
@@ -537,8 +532,6 @@ def pure_body(fn_flat, in_avals, name="assume_pure function", seeded=False):
 
 def apply_pure(handle, tensors, rng_seed=None):
     """Replay a pure_body handle on tensors (its inputs, in order)."""
-    from ...ir import node as ir
-    from . import random as rnd
     spec, ext, seed_slots = handle
     if seed_slots:
         if rng_seed is None:
@@ -547,6 +540,6 @@ def apply_pure(handle, tensors, rng_seed=None):
         seeds = [int(rng_seed) & rnd._MASK]
         for j, k in seed_slots:
             while len(seeds) <= k:
-                seeds.append(rnd._advance(seeds[-1]))
+                seeds.append(rnd.advance(seeds[-1]))
             ext[j] = ValueArg(ir.scalar_value(seeds[k], "int64"), ((), torch.int64))
     return apply(spec, list(tensors) + list(ext))

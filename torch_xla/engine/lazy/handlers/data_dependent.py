@@ -21,30 +21,25 @@ import torch
 
 from ...base import metrics
 from ...ops.registry import handler, lower
+from ..dispatch import op_info
+from ..tensor import XLATensor, new_base
+from ..tracing import trace_node, wrap
+from ..transfers import to_cpu as _to_cpu
+from ..transfers import upload_node
 
 aten = torch.ops.aten
 
 
-def _to_cpu(t):
-    from ..transfers import to_cpu
-    return to_cpu(t)
-
-
 def _upload(cpu):
-    from ..tensor import new_base
-    from ..transfers import upload_node
     return new_base((upload_node(cpu), 0), (tuple(cpu.shape), cpu.dtype))
 
 
 def _xla(t):
-    from ..tensor import XLATensor
     return isinstance(t, XLATensor)
 
 
 def _lazy(func, args, kwargs=None):
     """Run func through the ordinary (lowering) path, skipping the handlers here."""
-    from ..dispatch import op_info
-    from ..tracing import trace_node, wrap
     node, e = trace_node(op_info(func), args, kwargs or {})
     return wrap(node, e)
 

@@ -1,7 +1,10 @@
 """Small tensor-level handlers: ops answered without a lowering."""
+import math
+
 import torch
 
 from ...ops.registry import HANDLERS, handler
+from ..state import base_of
 
 
 @handler("_linalg_check_errors.default")
@@ -32,9 +35,8 @@ _register_prims_handlers()
 def _has_same_storage_numel(args, kwargs):
     # Tensor._view_func(new_base) asks this before replaying a view chain on a new
     # base. A lazy tensor's storage is its root base: compare their sizes from
-    # the avals rather than falling back to the CPU (which would run the graph).
+    # the avals rather than falling back to the CPU (which would run the graph). A view's storage is its base's.
     def storage_numel(t):
-        base = t if getattr(t, "_xb", None) is None else t._xb
-        return base.numel()
+        return math.prod(base_of(t).aval[0])
     a, b = args[0], args[1] if len(args) > 1 else kwargs["other"]
     return storage_numel(a) == storage_numel(b)

@@ -12,10 +12,13 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from ...ir import node as ir
 from ...base.dtypes import to_jax
+from ...ir import node as ir
+from ...ops.registry import handler
+from ..dispatch import call
+from ..tensor import new_base
 from ..tracing import OpInfo, ValueArg, trace_node, wrap
-from ...ops.registry import ctx, handler
+from ..views import assign
 
 _MASK = (1 << 63) - 1
 _DEFAULT_SEED = 101  # upstream's default device seed
@@ -37,13 +40,14 @@ class _Rng:
     @offset.setter
     def offset(self, value):
         if int(value):
-            self.seed = _advance(self.seed, int(value))
+            self.seed = advance(self.seed, int(value))
 
 
 rng = _Rng()
 
 
-def _advance(seed, n=1):
+def advance(seed, n=1):
+    """The running seed n steps on (a 64-bit LCG step each)."""
     for _ in range(n):
         seed = (seed * 6364136223846793005 + 1442695040888963407) & _MASK
     return seed
@@ -63,9 +67,10 @@ def set_rng_state(seed):
     rng.seed = int(seed) & _MASK
 
 
-def _take_seed():
+def take_seed():
+    """The current seed, which a random op takes; the generator steps on."""
     s = rng.seed
-    rng.seed = _advance(s)
+    rng.seed = advance(s)
     return s
 
 
@@ -79,7 +84,7 @@ def _key(seed):
 
 def _seed_operand():
     # a forced scalar leaf: never a constant, whatever the value
-    return ValueArg(ir.scalar_value(_take_seed(), "int64"), ((), torch.int64))
+    return ValueArg(ir.scalar_value(take_seed(), "int64"), ((), torch.int64))
 
 
 # JAX sorts by 32-bit random keys in rounds, one round while 3 log n <= 32 log 2
@@ -140,7 +145,6 @@ def _sample(info, shape, dtype, **kw):
 
 
 def _fill_inplace(t, v):
-    from ..views import assign
     assign(t, v)
     return t
 
@@ -224,10 +228,9 @@ def _bernoulli_(args, kwargs):
 @handler("bernoulli.default", "bernoulli.p")
 def _bernoulli(args, kwargs):
     _check_generator("bernoulli", kwargs, args)
-    from ..tensor import new_base
     x = args[0]
     p = args[1] if len(args) > 1 else kwargs.get("p", x)
-    return new_base(_bernoulli_value(x.shape, x.dtype, p), x._aval)
+    return new_base(_bernoulli_value(x.shape, x.dtype, p), x._lazy.aval)
 
 
 def _dropout_lowering(seed, x, p, *, train):
@@ -246,17 +249,14 @@ _DROPOUT = OpInfo("native_dropout", None, _dropout_lowering, meta=_dropout_meta)
 
 @handler("native_dropout.default")
 def _native_dropout(args, kwargs):
-    from ..tensor import new_base
     x, p = args[0], args[1]
     train = args[2] if len(args) > 2 else kwargs.get("train", True)
     if train is False or p == 0:
-        from ..dispatch import _call
-        return _call(torch.ops.aten.clone.default, (x,), {}), new_base(
-            _const_mask(x), (x._aval[0], torch.bool))
+        return call(torch.ops.aten.clone.default, (x,), {}), new_base(
+            _const_mask(x), (x._lazy.aval[0], torch.bool))
     if p >= 1:
-        from ..dispatch import _call
-        return _call(torch.ops.aten.zeros_like.default, (x,), {}), new_base(
-            _const_mask(x, False), (x._aval[0], torch.bool))
+        return call(torch.ops.aten.zeros_like.default, (x,), {}), new_base(
+            _const_mask(x, False), (x._lazy.aval[0], torch.bool))
     s = _seed_operand()
     pv = ValueArg(ir.scalar_value(float(p), "float64"), ((), torch.float64))
     node, e = trace_node(_DROPOUT, (s, x, pv), {"train": True})
@@ -264,9 +264,8 @@ def _native_dropout(args, kwargs):
 
 
 def _const_mask(x, value=True):
-    from ..dispatch import _call
-    t = _call(torch.ops.aten.full.default, (list(x.shape), value), {"dtype": torch.bool, "device": x.device})
-    return t._v
+    t = call(torch.ops.aten.full.default, (list(x.shape), value), {"dtype": torch.bool, "device": x.device})
+    return t._lazy.value
 
 
 @handler("randperm.generator_out", "randperm.out")
@@ -279,10 +278,9 @@ def _randperm_out(args, kwargs):
 
 def _like(kind):
     def h(args, kwargs):
-        from ..dispatch import _call
         x = args[0]
         kw = {k: v for k, v in kwargs.items() if k in ("dtype", "layout", "device", "pin_memory", "memory_format")}
-        t = _call(torch.ops.aten.empty_like.default, (x,), kw)
+        t = call(torch.ops.aten.empty_like.default, (x,), kw)
         if kind == "normal":
             return _normal_((t,), {})
         return _uniform_((t,), {})
@@ -295,15 +293,12 @@ handler("rand_like.default")(_like("uniform"))
 
 @handler("randint_like.default", "randint_like.low_dtype")
 def _randint_like(args, kwargs):
-    from ..dispatch import _call
     x = args[0]
     nums = [a for a in args[1:] if isinstance(a, int)]
     kw = {k: v for k, v in kwargs.items() if k in ("dtype", "layout", "device", "pin_memory", "memory_format")}
-    t = _call(torch.ops.aten.empty_like.default, (x,), kw)
+    t = call(torch.ops.aten.empty_like.default, (x,), kw)
     return _random_((t, *nums), {})
 
-
-del ctx
 
 
 def _multinomial_lowering(seed, p, *, n, replacement):

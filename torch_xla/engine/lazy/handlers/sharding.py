@@ -8,15 +8,30 @@
 The tensor remembers its annotation (`_sharding`) for the spec string and for
 XLAShardedTensor; `clear(t)` forgets it and makes the value replicated again.
 """
+import jax
+import numpy as np
 import torch
+from jax.sharding import NamedSharding, PartitionSpec
 
-from ...base import frames
+from ...base import events, frames
 from ...ir import node as ir
+from ...ir.graph import Graph
 from ...ops.op import OpInfo
 from ...ops.registry import handler
 from ...runtime import topology
 from .. import views
+from ..dispatch import functional_handler, op_info
+from ..state import base_of, value_of, whole_base
+from ..tensor import XLATensor, new_base
 from ..tracing import trace_node, wrap
+from ..transfers import device_array, upload_array
+
+_shard_map = getattr(jax, "shard_map", None)
+if _shard_map is not None:
+    _SHARD_MAP_KW = {"check_vma": False}
+else:  # jax < 0.7
+    from jax.experimental.shard_map import shard_map as _shard_map
+    _SHARD_MAP_KW = {"check_rep": False}
 
 # upstream's ShardingType numbers
 REPLICATED, MAXIMAL, TUPLE, TILED, MANUAL, PARTIAL, UNKNOWN = range(7)
@@ -27,7 +42,6 @@ def _meta(x, *, sharding):
 
 
 def _lowering(x, *, sharding):
-    import jax
     return jax.lax.with_sharding_constraint(x, sharding)
 
 
@@ -42,14 +56,7 @@ _CONSTRAINT = OpInfo("sharding_constraint", None, _lowering, meta=_meta)
 # SPMDFullToShardShape / SPMDShardToFullShape custom calls.
 
 def _identity_shard_map(x, mesh, in_spec, out_spec):
-    import jax
-    sm = getattr(jax, "shard_map", None)
-    if sm is not None:
-        kw = {"check_vma": False}
-    else:  # jax < 0.7
-        from jax.experimental.shard_map import shard_map as sm
-        kw = {"check_rep": False}
-    return sm(lambda v: v, mesh=mesh, in_specs=(in_spec,), out_specs=out_spec, **kw)(x)
+    return _shard_map(lambda v: v, mesh=mesh, in_specs=(in_spec,), out_specs=out_spec, **_SHARD_MAP_KW)(x)
 
 
 def _to_shard_meta(x, *, sharding, local):
@@ -57,7 +64,6 @@ def _to_shard_meta(x, *, sharding, local):
 
 
 def _to_shard_lowering(x, *, sharding, local):
-    from jax.sharding import PartitionSpec
     return _identity_shard_map(x, sharding.mesh, sharding.spec, PartitionSpec())
 
 
@@ -66,8 +72,6 @@ def _to_full_meta(x, *, sharding, full):
 
 
 def _to_full_lowering(x, *, sharding, full):
-    import jax
-    from jax.sharding import PartitionSpec
     y = _identity_shard_map(x, sharding.mesh, PartitionSpec(), sharding.spec)
     if tuple(y.shape) != tuple(full):   # the shards were padded: drop the padding
         y = jax.lax.slice(y, (0,) * len(full), tuple(full))
@@ -118,15 +122,13 @@ def is_manual(t):
     that no shard_to_full closed (ops do not carry the mark)."""
     if getattr(t, "_manual", False):
         return True
-    from ...ir.graph import Graph
-    from ..transfers import value_of
     v = value_of(t)
     return v[0].kind == ir.OP and bool(manual_roots(Graph.capture([v])))
 
 
 def _as_manual(t, what):
     """(node, entry) of t's value seen as manual: each device's copy its own."""
-    if _base_data(_whole(t)) is not None:
+    if _base_data(whole_base(t)) is not None:
         raise RuntimeError(f"{what}: device data (shape {list(t.shape)}) cannot be marked manual; "
                            "use enable_manual_sharding, or mark the result of an op")
     s = current_sharding(t)
@@ -198,23 +200,14 @@ def _refuse_manual_outputs(graph, **_):
 
 
 def _watch_manual():
-    from ...base import events
     events.subscribe("compile_begin", _refuse_manual_outputs)
 
 
-def _base_data(t):
-    """The data node behind base tensor t, or None when its value is pending or a scalar."""
-    if t._xb is None and t._v[0].kind == ir.DATA and t._v[0].data is not None:
-        return t._v[0]
+def _base_data(b):
+    """The data node behind Base b, or None when b is None, or its value pending or a scalar."""
+    if b is not None and b.value[0].kind == ir.DATA and b.value[0].data is not None:
+        return b.value[0]
     return None
-
-
-def _whole(t):
-    """t's base when t is an alias of all of it (a Parameter made by nn.Module.to
-    is one), else t."""
-    if t._xb is not None and not t._chain and t._aval == t._xb._aval:
-        return t._xb
-    return t
 
 
 def is_even(sharding, shape):
@@ -234,14 +227,11 @@ def _place(t, sharding, remember):
     constrain values inside a graph, where XLA pads the shards, but a jax.Array
     cannot hold padded shards: such device data is kept whole on every device,
     and the tensor remembers the annotation for its spec string and shards."""
-    whole = _whole(t)
+    whole = whole_base(t)
     node = _base_data(whole)
     if node is not None:
-        layout = sharding if is_even(sharding, whole._aval[0]) else topology.replicated()
-        arr = topology.lay_out(node.data, layout)
-        views.assign(whole, (ir.data_node(arr, *whole._aval), 0), fresh=True)
-        whole._last_data = None
-        whole._sharding = remember
+        layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
+        whole.placed(topology.lay_out(node.data, layout))
     else:
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
         views.assign(t, (out, 0))
@@ -252,7 +242,7 @@ def annotate(t, sharding):
     """Lay t out as `sharding` (see the module docstring). Remembers the user's
     line, which the SPMD report names when the annotation costs an all-gather."""
     _place(t, sharding, sharding)
-    t._sharding_site = _whole(t)._sharding_site = frames.user_src(2)
+    t._sharding_site = frames.user_src(2)
 
 
 def constrained(t, sharding):
@@ -269,7 +259,7 @@ def clear(t):
 
 
 def _is_sharded_data(t):
-    node = _base_data(_whole(t))
+    node = _base_data(whole_base(t))
     if node is None:
         return False
     s = getattr(node.data, "sharding", None)
@@ -281,8 +271,7 @@ def current_sharding(t):
     s = getattr(t, "_sharding", None)
     if s is not None:
         return s
-    base = t if t._xb is None else t._xb
-    node = _base_data(base)
+    node = _base_data(base_of(t))
     if node is None:
         return None
     s = getattr(node.data, "sharding", None)
@@ -346,12 +335,6 @@ def sharding_type(t):
     return PARTIAL if h.replicate_on_last_tile_dim() else TILED
 
 
-def device_array(t):
-    """The jax.Array holding t's value (runs its pending graph)."""
-    from ..transfers import device_array as _da
-    return _da(t)
-
-
 # clone (and so copy.deepcopy) of a sharded tensor is sharded alike, as upstream
 # carries the spec to the copy: the copy's value gets the same constraint
 _plain_clone = []
@@ -360,11 +343,10 @@ _plain_clone = []
 @handler("clone.default")
 def _clone(args, kwargs):
     if not _plain_clone:
-        from ..dispatch import _functional_handler, op_info
-        _plain_clone.append(_functional_handler(op_info(torch.ops.aten.clone.default)))
+        _plain_clone.append(functional_handler(op_info(torch.ops.aten.clone.default)))
     out = _plain_clone[0](args, kwargs)
     x = args[0]
-    if topology.mode() == topology.SPMD and hasattr(x, "_xb"):
+    if topology.mode() == topology.SPMD and isinstance(x, XLATensor):
         s = current_sharding(x)
         if s is not None:
             annotate(out, s)
@@ -382,9 +364,6 @@ def from_cpu_shards(shards, s, ndim, global_shape=None):
     """A device tensor assembled from one CPU shard per SPMD device (in global
     ordinal order) laid out as jax sharding `s` over `ndim` dims; `global_shape`
     may drop trailing padding (each dim must still need every shard along it)."""
-    import numpy as np
-    from ..transfers import upload_array
-    from ..tensor import new_base
     devs = topology.spmd_devices()
     shards = list(shards)
     if len(shards) != len(devs):
@@ -410,7 +389,6 @@ def from_cpu_shards(shards, s, ndim, global_shape=None):
     arr = upload_array(host)
     t = new_base((ir.data_node(arr, want, dtype), 0), (want, dtype))
     if s.is_fully_replicated:
-        from jax.sharding import NamedSharding, PartitionSpec
         annotate(t, NamedSharding(s.mesh, PartitionSpec()))
     elif all(g % k == 0 for g, k in zip(want, tiles)):   # JAX holds even shards only
         annotate(t, s)
@@ -421,8 +399,6 @@ def padded_shards(t, s):
     """[(device, data, index slices)] of tensor t under an uneven layout `s`: each
     device's tile of t zero-padded to the even shard shape (upstream's padded
     shards), with the slices of t it covers (clipped to t's shape)."""
-    import numpy as np
-    from ..transfers import device_array
     full = np.asarray(topology.host_value(device_array(t)))
     tiles = _tiles(s, full.ndim)
     padded = tuple(-(-d // k) * k for d, k in zip(full.shape, tiles))
