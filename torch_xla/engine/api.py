@@ -44,7 +44,7 @@ def start():
     from .lazy import donation
     donation.register_op()
     _persistent.from_env()
-    if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
+    if config.read("XLA_USE_EAGER_DEBUG_MODE"):
         _mode.set_eager(True)
 
 

@@ -269,7 +269,7 @@ class Step:
             t0 = time.perf_counter_ns()
             outs = exe.compiled(*inputs)
             exec_time.launched("ExecuteTime", t0, outs)
-        if events.wanted("executed") and (traced or config.get("XLA_SAVE_TENSORS_FILE")):   # replays are dumped
+        if events.wanted("executed") and (traced or config.read("XLA_SAVE_TENSORS_FILE")):   # replays are dumped
             events.emit("executed", graph=g, executable=exe, reason="dynamo")
         for k in g.donated:   # those buffers now belong to the outputs
             s = self.param_src[k]

@@ -20,7 +20,17 @@ from ..ops import checks
 from ..ops.context import ctx  # noqa: F401  (rules and handlers read it)
 from ..ops.op import OpEntry, OpInfo, Slot, apply_entry  # noqa: F401
 
-NO_SPECIAL_SCALARS = config.flag("XLA_NO_SPECIAL_SCALARS")
+# read once (the walk below tests it per argument); config.override refreshes it. The memo keys
+# differ between the two settings (a special scalar is part of the key), so entries stay valid.
+NO_SPECIAL_SCALARS = config.read("XLA_NO_SPECIAL_SCALARS")
+
+
+def _refresh_no_special_scalars():
+    global NO_SPECIAL_SCALARS
+    NO_SPECIAL_SCALARS = config.read("XLA_NO_SPECIAL_SCALARS")
+
+
+config.on_override("XLA_NO_SPECIAL_SCALARS", _refresh_no_special_scalars)
 _SCALAR_TYPES = (float, int, bool, complex)
 _SKEY = {float: ("s", float), int: ("s", int), bool: ("s", bool), complex: ("s", complex)}
 _SKEY_F = _SKEY[float]
@@ -300,7 +310,7 @@ def make_entry(info, key, args, kwargs):
             e.common_dtype = torch.result_type(margs[0], margs[1])
         except Exception:  # noqa: BLE001
             pass
-    if not config.flag("XLA_SKIP_LOWERING_CHECK"):
+    if not config.read("XLA_SKIP_LOWERING_CHECK"):
         known, cast = persistent.checked(info.name, key_repr)
         if known:
             e.cast = cast

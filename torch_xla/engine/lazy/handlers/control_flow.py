@@ -16,6 +16,7 @@ import hashlib
 
 import torch
 
+from ...base import config
 from ...ops.op import OpInfo
 from ..subgraph import CaptureError, capture, jax_spec  # noqa: F401  (re-exported)
 from ..tracing import ValueArg, trace_node, wrap
@@ -118,7 +119,7 @@ class _FnNode(torch.autograd.Function):
         fouts = tuple(i for i, a in enumerate(spec.out_avals) if _is_float(a[1]))
         ctx.spec, ctx.slots, ctx.diff, ctx.where, ctx.fouts = spec, slots, diff, where, fouts
         ops = _merge(slots, tensors)
-        split = _split_specs(spec, diff, fouts) if diff and fouts and not _NO_SPLIT else None
+        split = _split_specs(spec, diff, fouts) if diff and fouts and not config.read("XLA_SCAN_RECOMPUTE") else None
         ctx.split = split
         if split is not None:
             fwd, _bwd = split
@@ -193,7 +194,6 @@ def vjp_spec(spec, diff, fouts):
 
 
 _split_cache = {}
-_NO_SPLIT = bool(__import__("os").environ.get("XLA_SCAN_RECOMPUTE"))
 
 
 def _split_specs(spec, diff, fouts):
