@@ -257,7 +257,7 @@ _group(
     Knob("XLA_ALWAYS_ALLREDUCE", FLAG, False, LIVE,
          "trace the collectives in a job of one process too (otherwise all_reduce, all_gather and "
          "reduce_scatter are copies there)"),
-    Knob("XLA_JOB_DUMP", PATH, "", LIVE, "prefix: append each job program's HLO to <prefix>.<rank>.txt"),
+    Knob("XLA_JOB_DUMP", PATH, "", LIVE, "prefix: append each job program's HLO to `<prefix>.<rank>.txt`"),
     Knob("XLA_SHARE_COMPILATION", FLAG, True, LIVE,
          "one process of a job compiles each job-wide program, the others load it"),
     Knob("XLA_SHARE_COMPILATION_TIMEOUT", FLOAT, 1800.0, LIVE,
