@@ -439,25 +439,21 @@ def bench_index_checks(kind, batch, blocks=12, per_block=5):
     has its own cached graph), so machine noise hits both alike. -> (on, off)
     median seconds per step."""
     import torch_xla.core.xla_model as xm
-    from torch_xla.engine.lazy import index_checks
+    from torch_xla.engine.base import config
     step = _torch_step(kind, batch, True, gpt_blocks="torch")
     times = {True: [], False: []}
-    saved = index_checks.ENABLED
-    try:
-        for flag in (True, False, True, False):   # compile and warm both graphs
-            index_checks.ENABLED = flag
+    for flag in (True, False, True, False):   # compile and warm both graphs
+        with config.override(XLA_CHECK_INDICES=flag):
             step()
             xm.wait_device_ops()
-        for i in range(2 * blocks):
-            flag = i % 2 == 0
-            index_checks.ENABLED = flag
+    for i in range(2 * blocks):
+        flag = i % 2 == 0
+        with config.override(XLA_CHECK_INDICES=flag):
             t0 = time.perf_counter()
             for _ in range(per_block):
                 step()
             xm.wait_device_ops()
-            times[flag].append((time.perf_counter() - t0) / per_block)
-    finally:
-        index_checks.ENABLED = saved
+        times[flag].append((time.perf_counter() - t0) / per_block)
     return statistics.median(times[True]), statistics.median(times[False])
 
 

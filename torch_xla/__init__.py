@@ -70,10 +70,9 @@ def launch(fn, args=(), start_method="spawn", debug_single_process=False):
     Under torchrun (or any launcher that sets RANK/WORLD_SIZE) this process is
     already one replica, and fn runs here. debug_single_process runs one replica
     in this process."""
-    import os
     from .distributed import xla_multiprocessing as xmp
-    if os.environ.get("TORCHELASTIC_RUN_ID") is not None or (
-            os.environ.get("RANK") not in (None, "") and os.environ.get("WORLD_SIZE") not in (None, "")):
+    config = _api.config
+    if config.raw("TORCHELASTIC_RUN_ID") is not None or (config.is_set("RANK") and config.is_set("WORLD_SIZE")):
         from . import runtime as xr
         _api.distributed.maybe_initialize()
         fn(xr.global_ordinal(), *args)
@@ -207,7 +206,7 @@ def _replaying(f, ctx, max_signatures=64):
         if len(calls) >= max_signatures:
             calls.pop(next(iter(calls)))
         calls[sig] = (cs, stable)
-        if not cs.replayable and _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) >= 1:
+        if not cs.replayable and _api.config.read("PT_XLA_DEBUG_LEVEL") >= 1:
             print(f"pt-xla-profiler: torch_xla.compile({ctx.name}) traces every call: {cs.why}")
         return out
     return wrapper

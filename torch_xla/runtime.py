@@ -7,7 +7,8 @@ from .engine import api as _api
 def device_type():
     """The PJRT device kind: 'CPU', 'CUDA' or 'TPU'. None when PJRT_DEVICE is
     unset and PJRT_SELECT_DEFAULT_DEVICE=0 turns off picking one (as upstream)."""
-    if not os.environ.get("PJRT_DEVICE") and os.environ.get("PJRT_SELECT_DEFAULT_DEVICE") == "0":
+    config = _api.config
+    if not config.is_set("PJRT_DEVICE") and not config.read("PJRT_SELECT_DEFAULT_DEVICE"):
         return None
     return _api.device_type()
 
@@ -89,7 +90,7 @@ def addressable_runtime_device_count():
 
 def get_master_ip():
     """The coordinator's address."""
-    return os.environ.get("MASTER_ADDR", "127.0.0.1")
+    return _api.config.read("MASTER_ADDR")
 
 
 def is_spmd():
@@ -121,7 +122,7 @@ def set_device_type(pjrt_device):
     """Select the PJRT device kind before the runtime starts. Naming another
     kind once the runtime is up raises RuntimeError (the same kind is fine)."""
     from . import _XLAC
-    if _XLAC._xla_runtime_is_initialized() and os.environ.get("PJRT_DEVICE") != pjrt_device:
+    if _XLAC._xla_runtime_is_initialized() and _api.config.raw("PJRT_DEVICE") != pjrt_device:
         raise RuntimeError("Can't change device type after XLA runtime is initialized")
     os.environ["PJRT_DEVICE"] = pjrt_device
 

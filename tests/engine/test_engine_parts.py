@@ -59,12 +59,12 @@ def test_a_failed_subscriber_note_is_attached_to_the_error(dev, monkeypatch):
 
 
 def test_config_override_and_defaults():
-    assert config.get("XLA_SAVE_TENSORS_FMT") == "text"
+    assert config.read("XLA_SAVE_TENSORS_FMT") == "text"
     with config.override(XLA_SAVE_TENSORS_FMT="dot", XLA_COLLECTIVE_TIMEOUT=5):
-        assert config.get("XLA_SAVE_TENSORS_FMT") == "dot"
-        assert config.number("XLA_COLLECTIVE_TIMEOUT") == 5.0
-    assert config.get("XLA_SAVE_TENSORS_FMT") == "text"
-    assert config.integer("XLA_COMPILATION_CACHE_SIZE") >= 1
+        assert config.read("XLA_SAVE_TENSORS_FMT") == "dot"
+        assert config.read("XLA_COLLECTIVE_TIMEOUT") == 5.0
+    assert config.read("XLA_SAVE_TENSORS_FMT") == "text"
+    assert config.read("XLA_COMPILATION_CACHE_SIZE") >= 1
 
 
 def test_graph_key_is_structural(dev):

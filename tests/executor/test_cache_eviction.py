@@ -14,7 +14,7 @@ from torch_xla.engine.compile import cache
 
 
 def test_evicted_executables_are_released_and_still_counted(dev, monkeypatch):
-    monkeypatch.setattr(cache, "CACHE_SIZE", 4)
+    monkeypatch.setenv("XLA_COMPILATION_CACHE_SIZE", "4")   # read at each compile
     x = torch.randn(3).to(dev)
     torch_xla.sync()
     met.clear_counters()

@@ -215,7 +215,7 @@ def test_op_without_lowering_falls_back_to_cpu_and_is_counted(dev):
 
 
 def test_compile_cache_is_an_lru(dev, monkeypatch):
-    monkeypatch.setattr(cache, "CACHE_SIZE", 2)
+    monkeypatch.setenv("XLA_COMPILATION_CACHE_SIZE", "2")   # read at each compile
     cache.clear()
     for n in (1, 2, 3):
         (torch.ones(n, device=dev) + 1).sum().item()

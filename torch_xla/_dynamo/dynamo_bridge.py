@@ -157,7 +157,7 @@ class CompiledGraph:
             layout = (len(flat), [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)])
         else:
             _metrics.counter("DynamoLazyGraph")
-            if _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) >= 1:
+            if _api.config.read("PT_XLA_DEBUG_LEVEL") >= 1:
                 print(f"pt-xla-profiler: dynamo graph runs lazily on every call: {step.why}")
         self.steps[sig] = (step, kind, layout)
         return self._pack(flat, kind)
@@ -193,7 +193,7 @@ def _note_graph_breaks():
     if not new:
         return
     _metrics.counter("DynamoGraphBreak", len(new))
-    if _api.config.integer("PT_XLA_DEBUG_LEVEL", 0) < 1:
+    if _api.config.read("PT_XLA_DEBUG_LEVEL") < 1:
         return
     for r in new:
         frame = r.user_stack[-1] if r.user_stack else None

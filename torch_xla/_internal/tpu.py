@@ -10,10 +10,12 @@ import os
 import re
 from typing import List, NamedTuple, Optional
 
+from ..engine import api as _api
+
+_config = _api.config
 _GOOGLE_PCI_VENDOR_ID = "0x1ae0"
 # PCI device ids of TPU chips: v2/v3, v4, v5e, v5p, v6e
 _TPU_PCI_DEVICE_IDS = ("0x0027", "0x005e", "0x0063", "0x0062", "0x006f")
-_ACCELERATOR_TYPE_VARS = ("TPU_ACCELERATOR_TYPE", "ACCELERATOR_TYPE")
 
 
 class MeshShape(NamedTuple):
@@ -32,7 +34,7 @@ class MeshShape(NamedTuple):
 
 
 def _platform_named() -> bool:
-    return os.environ.get("PJRT_DEVICE", "") != ""
+    return _config.is_set("PJRT_DEVICE")
 
 
 def _read(path):
@@ -55,11 +57,7 @@ def num_available_chips() -> int:
 
 
 def _accelerator_type() -> Optional[str]:
-    for name in _ACCELERATOR_TYPE_VARS:
-        v = os.environ.get(name)
-        if v:
-            return v
-    return None
+    return _config.read("TPU_ACCELERATOR_TYPE") or None   # else ACCELERATOR_TYPE
 
 
 def version() -> int:
@@ -98,14 +96,13 @@ def num_available_devices() -> int:
     (CPU_NUM_DEVICES host devices, the GPUs, the TPU chips); otherwise the TPU
     devices found on the PCI bus, 0 on a machine without a TPU."""
     if _platform_named():
-        from ..engine import api
-        return api.topology.local_device_count()
+        return _api.topology.local_device_count()
     return num_available_chips() * num_logical_cores_per_chip()
 
 
 def process_bounds_size() -> Optional[int]:
     """Processes over every TPU host (TPU_PROCESS_BOUNDS), or None when unset."""
-    bounds = os.environ.get("TPU_PROCESS_BOUNDS")
+    bounds = _config.read("TPU_PROCESS_BOUNDS")
     return MeshShape.from_string(bounds).size if bounds else None
 
 
@@ -118,7 +115,7 @@ def num_local_processes() -> int:
 
 def get_worker_ips() -> List[str]:
     """TPU worker host names (TPU_WORKER_HOSTNAMES), ['localhost'] for one host."""
-    names = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
+    names = [h for h in _config.read("TPU_WORKER_HOSTNAMES").split(",") if h]
     return names if len(names) > 1 else ["localhost"]
 
 
@@ -134,13 +131,12 @@ def num_expected_global_devices() -> int:
 
 def task_id() -> Optional[int]:
     """This process's index among the TPU worker processes (CLOUD_TPU_TASK_ID)."""
-    v = os.environ.get("CLOUD_TPU_TASK_ID")
-    return int(v) if v not in (None, "") else None
+    return _config.read("CLOUD_TPU_TASK_ID")
 
 
 def worker_id() -> int:
     """This host's index in the slice (TPU_WORKER_ID, 0 by default)."""
-    return int(os.environ.get("TPU_WORKER_ID", "0"))
+    return _config.read("TPU_WORKER_ID")
 
 
 def configure_one_chip_topology() -> None:
@@ -159,7 +155,7 @@ def configure_topology(local_rank: int, local_world_size: int, base_port: int = 
 
 def discover_master_worker_ip(use_localhost: bool = True) -> str:
     """The first worker's address: MASTER_ADDR, else localhost on one host."""
-    if os.environ.get("MASTER_ADDR"):
-        return os.environ["MASTER_ADDR"]
+    if _config.is_set("MASTER_ADDR"):
+        return _config.read("MASTER_ADDR")
     ips = get_worker_ips()
     return "localhost" if use_localhost and len(ips) == 1 else ips[0]

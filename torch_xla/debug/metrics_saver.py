@@ -1,5 +1,5 @@
 """torch_xla.debug.metrics_saver: append the metrics report to a file."""
-import os
+from ..engine import api as _api
 
 
 def save_metrics(metrics_file=None):
@@ -7,7 +7,7 @@ def save_metrics(metrics_file=None):
     'STDERR' prints it). Nothing happens when neither is set."""
     import sys
     from . import metrics as met
-    metrics_file = metrics_file or os.environ.get("XLA_METRICS_FILE")
+    metrics_file = metrics_file or _api.config.read("XLA_METRICS_FILE")
     if not metrics_file:
         return
     report = met.metrics_report()

@@ -148,8 +148,8 @@ def _options():
     parseIValuesToPyArgsKwargs"). XLA_PROFILER_PYTHON_TRACER=1/0 overrides."""
     from ..engine import api
     opts = _jp.ProfileOptions()
-    flag = api.config.get("XLA_PROFILER_PYTHON_TRACER")
-    on = sys.version_info >= (3, 12) if not flag else api.config.flag("XLA_PROFILER_PYTHON_TRACER")
+    flag = api.config.read("XLA_PROFILER_PYTHON_TRACER")   # None when unset
+    on = sys.version_info >= (3, 12) if flag is None else flag
     opts.python_tracer_level = 1 if on else 0
     return opts
 

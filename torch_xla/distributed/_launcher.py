@@ -229,7 +229,8 @@ class _HostLink:
         self.sock = None
         self.failed = threading.Event()
         self.fail_reason = ""
-        want = distributed_init.env_int("XLA_HOST_INDEX", -1)
+        config = _api.config
+        want = config.read("XLA_HOST_INDEX") if config.is_set("XLA_HOST_INDEX") else -1   # -1: any
         srv = None
         if want in (-1, 0):
             try:
@@ -466,16 +467,17 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
         import warnings
         warnings.warn(f"nprocs={nprocs} ignored: one process per device ({local_device_count()})")
         local = local_device_count()
-    num_hosts = distributed_init.env_int("XLA_NUM_HOSTS", 1)
-    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    config = _api.config
+    num_hosts = config.read("XLA_NUM_HOSTS")
+    master = config.read("MASTER_ADDR")
     link = None
     if num_hosts > 1:
-        port = distributed_init.env_int("MASTER_PORT", 12355)
+        port = config.read("MASTER_PORT")
         link = _HostLink(num_hosts, local, master, port, distributed_init.init_timeout())
         host_index, layout, coordinator = link.host_index, link.layout, link.coordinator
     else:
         host_index, layout = 0, [local]
-        port = os.environ.get("MASTER_PORT")
+        port = config.read("MASTER_PORT") if config.is_set("MASTER_PORT") else None   # None: a free one
         if port and distributed_init.port_in_use(master, port):
             # joining a coordinator that serves another job would abort that job
             raise RuntimeError(
@@ -493,15 +495,15 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
         "XLA_COORDINATOR_ADDRESS": coordinator, "MASTER_ADDR": master,
         "XLA_NUM_HOSTS": str(len(layout)), "PJRT_DEVICE": device_type(),
     }
-    if "MASTER_PORT" not in os.environ and num_hosts <= 1:
+    if port is None and num_hosts <= 1:
         # for torch.distributed's env:// (its TCPStore); jax's coordinator has its own port
         base_env["MASTER_PORT"] = str(distributed_init.free_port(master))
     saved = dict(os.environ)
     try:
         for local_rank in range(local):
             env = dict(base_env, RANK=str(offset + local_rank), LOCAL_RANK=str(local_rank))
-            if device_type() == "CPU" and "XLA_FLAGS" in os.environ:
-                env["XLA_FLAGS"] = _strip_device_count_flag(os.environ["XLA_FLAGS"])
+            if device_type() == "CPU" and config.is_set("XLA_FLAGS"):
+                env["XLA_FLAGS"] = _strip_device_count_flag(config.read("XLA_FLAGS"))
             os.environ.update(env)
             parent_end, child_end = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_replica_main, args=(fn, args, env, child_end, os.getpid()),

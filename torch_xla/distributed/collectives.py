@@ -2,7 +2,6 @@
 engine/lowering/collectives.py) that run when the step graph runs, on every
 process of the job at once. With one process they are no-op copies, as upstream.
 """
-import os
 
 import torch
 
@@ -26,7 +25,7 @@ def _world():
 
 
 def _always():
-    return os.environ.get("XLA_ALWAYS_ALLREDUCE", "0") in ("1", "true", "True")
+    return _api.config.read("XLA_ALWAYS_ALLREDUCE")
 
 
 def _groups(groups, world=None):

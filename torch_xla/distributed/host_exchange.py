@@ -7,7 +7,6 @@ XLA_RENDEZVOUS_TIMEOUT seconds (default: XLA_COLLECTIVE_TIMEOUT, else 1800)
 makes the others raise, naming the missing ordinals.
 """
 import io
-import os
 import threading
 
 import torch
@@ -22,8 +21,7 @@ _lock = threading.Lock()
 
 
 def _timeout_s():
-    v = os.environ.get("XLA_RENDEZVOUS_TIMEOUT") or os.environ.get("XLA_COLLECTIVE_TIMEOUT") or "1800"
-    return float(v)
+    return _api.config.read("XLA_RENDEZVOUS_TIMEOUT")   # XLA_COLLECTIVE_TIMEOUT when unset
 
 
 def _client():

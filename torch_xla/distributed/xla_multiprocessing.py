@@ -1,6 +1,5 @@
 """torch_xla.distributed.xla_multiprocessing (xmp): one process per device."""
-import os
-
+from ..engine import api as _api
 from ._launcher import ReplicaFailed, local_device_count, run_single, start  # noqa: F401
 
 
@@ -13,7 +12,7 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     any replica fails, the others are stopped and ReplicaFailed is raised with
     its traceback. Returns None (join=False: the job, whose `processes` are the
     replicas and whose join() waits, True once all finished)."""
-    if nprocs == 1 and int(os.environ.get("XLA_NUM_HOSTS", "1") or 1) <= 1:
+    if nprocs == 1 and _api.config.read("XLA_NUM_HOSTS") <= 1:
         return run_single(fn, args)
     job = start(fn, args, nprocs=nprocs, daemon=daemon, start_method=start_method)
     if not join:

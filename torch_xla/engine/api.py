@@ -46,7 +46,7 @@ def start():
     from .lazy import donation
     donation.register_op()
     _persistent.from_env()
-    if config.flag("XLA_USE_EAGER_DEBUG_MODE"):
+    if config.read("XLA_USE_EAGER_DEBUG_MODE"):
         set_eager_mode(True)
 
 

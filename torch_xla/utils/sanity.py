@@ -26,6 +26,11 @@ def _fail(msg, hint=None):
             print(f"         {line}")
 
 
+def _verbose():
+    from torch_xla.engine.api import config   # torch_xla is imported by the time a check runs
+    return config.read("TORCH_XLA_SANITY_VERBOSE")
+
+
 def _check(name, fn, hint=None):
     try:
         out = fn()
@@ -34,7 +39,7 @@ def _check(name, fn, hint=None):
     except Exception as e:  # noqa: BLE001
         detail = f"{type(e).__name__}: {e}".splitlines()[0]
         _fail(f"{name}: {detail}", hint)
-        if os.environ.get("TORCH_XLA_SANITY_VERBOSE"):
+        if _verbose():
             traceback.print_exc()
         return False
 
@@ -70,7 +75,8 @@ def main(argv=None):
               "torch_xla needs torch >= 2.10 (PrivateUse1 device hooks); reinstall it with pip")
         return _finish()
 
-    pjrt = os.environ.get("PJRT_DEVICE", "CPU (default)")
+    from torch_xla.engine.api import config
+    pjrt = config.raw("PJRT_DEVICE") if config.is_set("PJRT_DEVICE") else "CPU (default)"
     print(f"  PJRT_DEVICE={pjrt}")
     print("devices:")
     import torch_xla.runtime as xr

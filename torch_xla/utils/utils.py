@@ -1,6 +1,5 @@
 """torch_xla.utils.utils: small helpers upstream scripts and libraries import."""
 import copy
-import os
 import shutil
 import sys
 import tempfile
@@ -8,6 +7,8 @@ import time
 import types
 
 import torch
+
+from ..engine import api as _api
 
 
 class LazyProperty:
@@ -136,8 +137,10 @@ def as_list(t):
 
 
 def getenv_as(name, type, defval=None):  # noqa: A002  (upstream's parameter name)
-    """os.environ[name] converted with `type` (bool accepts 0/1/true/false), else defval."""
-    env = os.environ.get(name)
+    """os.environ[name] converted with `type` (bool accepts 0/1/true/false), else defval.
+    A variable torch_xla declares (docs/knobs.md) is read through its config, so
+    config.override applies to it too."""
+    env = _api.config.environ_value(name)
     if env is None:
         return defval
     if type is bool:
@@ -147,7 +150,8 @@ def getenv_as(name, type, defval=None):  # noqa: A002  (upstream's parameter nam
 
 def check_env_flag(name, default=""):
     """True when the environment variable is 1/true/yes/on (case-insensitive)."""
-    return os.getenv(name, default).upper() in ("ON", "1", "YES", "TRUE", "Y")
+    env = _api.config.environ_value(name)
+    return (default if env is None else env).upper() in ("ON", "1", "YES", "TRUE", "Y")
 
 
 def _rebuild_like(value, items):
@@ -274,7 +278,7 @@ def eprint(*args, **kwargs):
 def get_print_fn(debug=None):
     """eprint when debug (default: env DEBUG set), else null_print."""
     if debug is None:
-        debug = int(os.environ.get("DEBUG", "0") or 0)
+        debug = _api.config.read("DEBUG")
     return eprint if debug else null_print
 
 

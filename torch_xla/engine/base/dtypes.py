@@ -40,7 +40,7 @@ TORCH_TO_JAX[torch.complex32] = NATURAL[torch.complex32] = jnp.dtype(jnp.complex
 
 
 def _env(name):
-    return config.flag(name)
+    return config.read(name)
 
 
 class _StorageTypes(dict):

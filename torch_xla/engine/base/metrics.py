@@ -31,10 +31,10 @@ def flush():
 
 
 def _ring_size():
-    return max(config.integer("XLA_METRICS_SAMPLES", 1024), 1)
+    return max(config.read("XLA_METRICS_SAMPLES"), 1)
 
 
-_RING = _ring_size()
+_RING = _ring_size()   # read once: open samples hold ring slots, so it cannot change (config.override refuses)
 
 
 class Metric:
@@ -167,7 +167,7 @@ class timed:
 
 
 def percentiles():
-    spec = config.get("XLA_METRICS_PERCENTILES")
+    spec = config.read("XLA_METRICS_PERCENTILES")
     out = []
     for p in spec.split(":"):
         p = p.strip()

@@ -15,7 +15,6 @@ from . import compiler, persistent
 
 lock = threading.RLock()   # held around lookup, compile and launch (lazy/launch.py)
 _cache = collections.OrderedDict()
-CACHE_SIZE = config.integer("XLA_COMPILATION_CACHE_SIZE", 2048)
 
 
 class Executable:
@@ -56,7 +55,8 @@ def compile_graph(graph, inputs):
     exe.donated = graph.donated
     exe.n_params = len(graph.params)
     _cache[graph.key] = exe
-    while len(_cache) > max(CACHE_SIZE, 1):
+    limit = max(config.read("XLA_COMPILATION_CACHE_SIZE"), 1)
+    while len(_cache) > limit:
         _cache.popitem(last=False)
     _watch_memory_maps()
     return exe

@@ -31,7 +31,7 @@ class LocalJit(Compiler):
 
     def __init__(self):
         # XLA_HLO_DEBUG: each op under a named scope 'aten::op(file:line)' in HLO metadata
-        self.scope = op_scope if config.flag("XLA_HLO_DEBUG") else None
+        self.scope = op_scope if config.read("XLA_HLO_DEBUG") else None
 
     def context(self):
         return LoweringContext(jax_platform(), scope=self.scope)

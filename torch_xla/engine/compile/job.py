@@ -145,7 +145,7 @@ class JobCompiler(Compiler):
         lowered = jitted.lower(*specs)
         text = lowered.as_text()   # the sharing key and the CPU option rules both read it
         compiled = share.compile_shared(lowered, text, lambda low: _compile(low, graph, text))
-        dump = config.get("XLA_JOB_DUMP")
+        dump = config.read("XLA_JOB_DUMP")
         if dump:
             with open(f"{dump}.{topology.rank()}.txt", "a") as f:
                 f.write(compiled.as_text())
@@ -161,7 +161,7 @@ register_strategy(topology.MULTIPROCESS, JobCompiler)
 # the watchdog
 
 def collective_timeout():
-    return config.number("XLA_COLLECTIVE_TIMEOUT")
+    return config.read("XLA_COLLECTIVE_TIMEOUT")
 
 
 class _Watch:

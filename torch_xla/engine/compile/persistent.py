@@ -98,9 +98,9 @@ def initialize(path, readonly=False):
 
 def from_env():
     """Honour XLA_PERSISTENT_CACHE_PATH (and XLA_PERSISTENT_CACHE_READ_ONLY) at import."""
-    path = config.get("XLA_PERSISTENT_CACHE_PATH")
+    path = config.read("XLA_PERSISTENT_CACHE_PATH")
     if path and _state["path"] is None:
-        ro = config.flag("XLA_PERSISTENT_CACHE_READ_ONLY")
+        ro = config.read("XLA_PERSISTENT_CACHE_READ_ONLY")
         initialize(path, readonly=ro)
 
 
@@ -149,7 +149,7 @@ def _environment():
                  dev.platform, getattr(dev, "device_kind", ""), str(jax.config.jax_enable_x64)]
         for k in ("XLA_FLAGS", "XLA_USE_BF16", "XLA_DOWNCAST_BF16", "XLA_USE_FP16", "XLA_NO_SPECIAL_SCALARS",
                   "PJRT_DEVICE", "XLA_HLO_DEBUG", "XLA_IR_DEBUG"):
-            parts.append(f"{k}={os.environ.get(k, '')}")
+            parts.append(f"{k}={config.raw(k) or ''}")
         # the lowering code itself: any edit to the engine invalidates old entries
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         for dirpath, _dirs, files in sorted(os.walk(root)):

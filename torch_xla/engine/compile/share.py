@@ -40,7 +40,7 @@ _disabled = [False]  # set when this JAX lacks the store calls sharing needs
 
 
 def _client():
-    if _disabled[0] or not config.flag("XLA_SHARE_COMPILATION"):
+    if _disabled[0] or not config.read("XLA_SHARE_COMPILATION"):
         return None
     c = distributed.client()
     if c is None:
@@ -104,7 +104,7 @@ def _mark(client, key, state):
 
 
 def _load(client, key):
-    timeout_ms = int(config.number("XLA_SHARE_COMPILATION_TIMEOUT") * 1000)
+    timeout_ms = int(config.read("XLA_SHARE_COMPILATION_TIMEOUT") * 1000)
     try:
         state = client.blocking_key_value_get(key + "/done", timeout_ms)
     except Exception:  # noqa: BLE001 - timed out: compile here

@@ -24,7 +24,6 @@ from ..runtime import topology
 from . import device_groups, donation, index_checks, launch, mode, state
 from .state import value_of
 
-_donate_ok = config.get("XLA_ENABLE_PARAM_ALIASING") != "0"
 step_closures = []
 
 
@@ -46,7 +45,7 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             if check_values:
                 g = Graph.capture(list(root_values) + check_values, device)
         writers = None   # id of an owner's previous data -> the owner's root index
-        if donate and _donate_ok and owners:
+        if donate and owners and config.read("XLA_ENABLE_PARAM_ALIASING"):
             writers = _writers(owners)
             g.donate(i for i, p in enumerate(g.params) if id(p) in writers and p.exclusive)
         # explicit donors (_set_buffer_donation): a full barrier honours them; a
@@ -249,7 +248,7 @@ def _drain_at_exit(limit_s=None):
     (`XLA_EXIT_WAIT_S`, default 900 s) so that a collective whose peers died
     cannot hang the exit."""
     if limit_s is None:
-        limit_s = config.number("XLA_EXIT_WAIT_S")
+        limit_s = config.read("XLA_EXIT_WAIT_S")
     deadline = time.monotonic() + limit_s
     # every live buffer, not only the last step's outputs: a barrier can launch
     # more than one executable, and XLA:CPU may run them side by side

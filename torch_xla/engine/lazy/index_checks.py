@@ -23,7 +23,15 @@ from ..ops.op import OpInfo
 from .tracing import trace_node
 
 aten = torch.ops.aten
-ENABLED = config.get("XLA_CHECK_INDICES") != "0"
+ENABLED = config.read("XLA_CHECK_INDICES")   # read once; config.override refreshes it
+
+
+def _refresh_enabled():
+    global ENABLED
+    ENABLED = config.read("XLA_CHECK_INDICES")
+
+
+config.on_override("XLA_CHECK_INDICES", _refresh_enabled)
 
 _pending = []      # [(value, info)]: flags traced since the last barrier
 _unverified = []   # [(jax.Array, info)]: flags computed, not read yet
@@ -135,7 +143,7 @@ def wrap(func, h):
     name = func._schema.name.split("::")[-1]
 
     def checked(args, kwargs):
-        if not ENABLED:  # read per call: a benchmark or a test may switch it at run time
+        if not ENABLED:  # looked up per call: config.override(XLA_CHECK_INDICES=...) switches it at run time
             return h(args, kwargs)
         for idx, size, negative_ok, ignore, dim in spec(args, kwargs):
             node, _ = trace_node(_CHECK, (idx,), {"size": int(size), "negative_ok": negative_ok, "ignore": ignore})

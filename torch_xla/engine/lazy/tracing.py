@@ -25,7 +25,17 @@ from ..runtime import platform
 from .state import Base
 from .tensor import XLATensor, new_base
 
-NO_SPECIAL_SCALARS = config.flag("XLA_NO_SPECIAL_SCALARS")
+# read once (the walk below tests it per argument); config.override refreshes it. The memo keys
+# differ between the two settings (a special scalar is part of the key), so entries stay valid.
+NO_SPECIAL_SCALARS = config.read("XLA_NO_SPECIAL_SCALARS")
+
+
+def _refresh_no_special_scalars():
+    global NO_SPECIAL_SCALARS
+    NO_SPECIAL_SCALARS = config.read("XLA_NO_SPECIAL_SCALARS")
+
+
+config.on_override("XLA_NO_SPECIAL_SCALARS", _refresh_no_special_scalars)
 _SCALAR_TYPES = (float, int, bool, complex)
 _SKEY = {float: ("s", float), int: ("s", int), bool: ("s", bool), complex: ("s", complex)}
 _SKEY_F = _SKEY[float]
@@ -314,7 +324,7 @@ def make_entry(info, key, args, kwargs):
             e.common_dtype = torch.result_type(margs[0], margs[1])
         except Exception:  # noqa: BLE001
             pass
-    if not config.flag("XLA_SKIP_LOWERING_CHECK"):
+    if not config.read("XLA_SKIP_LOWERING_CHECK"):
         known, cast = persistent.checked(info.name, key_repr)
         if known:
             e.cast = cast

@@ -29,7 +29,7 @@ from ..ir import node as ir
 from ..ops.registry import lower
 from . import state
 from .state import Base, View, apply_step, value_of
-from .tensor import XLATensor, new_base, new_view
+from .tensor import XLATensor, new_view
 from .tracing import OpInfo, ValueArg, apply_entry, trace_node
 
 

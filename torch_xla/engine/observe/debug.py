@@ -32,10 +32,9 @@ from ..lazy import mode
 from ..lazy import state as _state
 from ..runtime import topology
 
+# PT_XLA_DEBUG_LEVEL is read once, at import (ir/node.py chooses then whether nodes record the
+# user's line, which the analyses print); PT_XLA_DEBUG_FILE and PT_XLA_DEBUG_MAX_FRAME at each use
 LEVEL = config.debug_level()
-DEBUG_FILE = config.get("PT_XLA_DEBUG_FILE") or ""
-MAX_FRAME = config.integer("PT_XLA_DEBUG_MAX_FRAME", 8)
-_IS_MASTER = topology.local_rank() == 0
 _PKG = frames.PKG
 _is_internal = frames.is_internal
 _torch_prefix = frames.torch_prefix
@@ -45,10 +44,16 @@ dynamo_running = threading.local()   # set by a dynamo bridge while it runs a co
 # ---------------------------------------------------------------------------
 # output
 
+def _is_master():
+    """The analyses print in the first process of each host only."""
+    return topology.local_rank() == 0
+
+
 def _emit(text, stream="stderr"):
-    if DEBUG_FILE:
+    path = config.read("PT_XLA_DEBUG_FILE")
+    if path:
         with _out_lock:
-            with open(DEBUG_FILE, "a") as f:
+            with open(path, "a") as f:
                 f.write(text)
     else:
         s = sys.stderr if stream == "stderr" else sys.stdout
@@ -162,7 +167,7 @@ def _analysis_block(prefix, g, n_out):
              f"{p}  Number of Graph Inputs: {g.n_inputs}",
              f"{p}  Number of Graph Outputs: {n_out}",
              f"{p}Python Frame Triggered Execution: "]
-    remain = MAX_FRAME
+    remain = config.read("PT_XLA_DEBUG_MAX_FRAME")
     for fn, file, line in g.frames:
         remain -= 1
         if remain < 0:
@@ -184,9 +189,9 @@ def _warn_large_graph(g):
     """Once per user line: a graph this large is most often several training steps
     traced into one (a missing xm.mark_step()); XLA's compile time grows faster
     than the graph (measured: 2,900 ops 30 s, 5,800 ops 90 s on 2 CPU cores)."""
-    limit = config.integer("XLA_GRAPH_SIZE_WARNING")
+    limit = config.read("XLA_GRAPH_SIZE_WARNING")
     n = len(g.order)
-    if limit <= 0 or n < limit or not _IS_MASTER:
+    if limit <= 0 or n < limit or not _is_master():
         return
     site = _site_of(g)
     if site in _warned_sites:
@@ -205,7 +210,7 @@ def _on_compile_begin(graph, reason):
     g = Rec(graph, reason)
     _warn_large_graph(g)
     note_compile(g)
-    if LEVEL >= 1 and _IS_MASTER and not _eager_now():
+    if LEVEL >= 1 and _is_master() and not _eager_now():
         _emit(_analysis_block("Compilation Analysis: ", g, len(g.values)))
         expl = _last_explanation.get("text")
         if expl and _last_explanation.get("graph") == g.hash:
@@ -216,16 +221,16 @@ def _on_compiled(graph, executable, reason):
     metrics = _metrics
     metrics.value_metric("TensorsGraphSize", len(graph.order))
     metrics.value_metric("InputOutputAliasCount", len(executable.donated or ()))
-    if LEVEL >= 1 and _IS_MASTER and not _eager_now():
+    if LEVEL >= 1 and _is_master() and not _eager_now():
         _emit(_post_compilation(executable.compiled))
 
 
 def _on_executed(graph, executable, reason):
-    save_to = config.get("XLA_SAVE_TENSORS_FILE")
+    save_to = config.read("XLA_SAVE_TENSORS_FILE")
     if not (LEVEL >= 2 or save_to):
         return
     g = Rec(graph, reason)
-    if LEVEL >= 2 and _IS_MASTER and not _eager_now():
+    if LEVEL >= 2 and _is_master() and not _eager_now():
         _emit(_analysis_block("Execution Analysis: ", g, len(g.values)))
     if save_to:
         from . import graph_dump
@@ -263,7 +268,7 @@ def _output_sharding_lines(graph, executable):
 
 def _on_failed(graph, stage, error):
     """XLA_SAVE_HLO_FILE: keep the graph that failed; -> a note for the error."""
-    if not config.get("XLA_SAVE_HLO_FILE"):
+    if not config.read("XLA_SAVE_HLO_FILE"):
         return None
     from . import graph_dump
     try:
@@ -275,7 +280,7 @@ def _on_failed(graph, stage, error):
 
 def _on_unexpected(graph, reason):
     g = Rec(graph, reason)
-    if _IS_MASTER:
+    if _is_master():
         _emit(_analysis_block("Unexpected Execution Analysis: ", g, len(g.values)))
     return cause(g)
 
@@ -310,13 +315,13 @@ def _on_barrier(reason, created=0, dead=0):
     if prev is not None and created:
         metrics.metric("LazyTracing", now - prev)
     _last_barrier[0] = time.perf_counter_ns()
-    mfile = config.get("XLA_METRICS_FILE")
+    mfile = config.read("XLA_METRICS_FILE")
     if mfile:
         save_metrics(mfile)
-    if LEVEL >= 1 and _IS_MASTER:
+    if LEVEL >= 1 and _is_master():
         rep = perf_report()
         if rep:
-            if DEBUG_FILE:
+            if config.read("PT_XLA_DEBUG_FILE"):
                 _emit(rep)
             else:
                 sys.stdout.write(rep)
@@ -415,7 +420,7 @@ def save_metrics(path=None):
     """Append '[MetricsData; step=N]' and the metrics report (XLA_METRICS_FILE)."""
     metrics = _metrics
     from .graph_dump import ordinal_path, _append
-    path = path or config.get("XLA_METRICS_FILE")
+    path = path or config.read("XLA_METRICS_FILE")
     if not path:
         return
     flush_op_counters()

@@ -25,7 +25,7 @@ _lock = threading.Lock()
 
 
 def env_flag(name):
-    return config.flag(name)
+    return config.read(name)
 
 
 def ordinal_path(path):
@@ -329,7 +329,7 @@ def stablehlo_bytecode(tensors=None):
 def save_tensors_file():
     """XLA_SAVE_TENSORS_FILE with the device ordinal appended (`path.0` in a
     single process), as upstream names it."""
-    path = config.get("XLA_SAVE_TENSORS_FILE") or ""
+    path = config.read("XLA_SAVE_TENSORS_FILE")
     if not path or path in ("STDOUT", "STDERR"):
         return path
     from ..runtime import topology
@@ -337,10 +337,7 @@ def save_tensors_file():
 
 
 def save_format():
-    fmt = (config.get("XLA_SAVE_TENSORS_FMT") or "text").lower()
-    if fmt not in ("text", "dot", "hlo", "stablehlo"):
-        raise ValueError(f"XLA_SAVE_TENSORS_FMT={fmt!r}: expected text, dot, hlo or stablehlo")
-    return fmt
+    return config.read("XLA_SAVE_TENSORS_FMT")   # a word other than text, dot, hlo, stablehlo raises
 
 
 def render(values, fmt):
@@ -405,7 +402,7 @@ def _append(path, text):
 def save_failing_hlo(values, stage, exc):
     """XLA_SAVE_HLO_FILE: write the HLO of a graph that failed to compile or run.
     Returns the path written, or None."""
-    path = ordinal_path(config.get("XLA_SAVE_HLO_FILE") or "")
+    path = ordinal_path(config.read("XLA_SAVE_HLO_FILE"))
     if not path:
         return None
     values = _graph(values)

@@ -146,7 +146,7 @@ def report(graph, executable):
         parts = [f"{k} x{c} {_fmt_bytes(b)}" for k, (c, b) in per_kind.items()]
         total = sum(b for _, b in per_kind.values())
         lines.append(f"collectives per step: {', '.join(parts)}; {_fmt_bytes(total)} per device")
-    limit = config.integer("XLA_SPMD_DEBUG_GATHER_BYTES", 1 << 20)
+    limit = config.read("XLA_SPMD_DEBUG_GATHER_BYTES")
     for kind, arrays, nb in coll:
         if kind != "all-gather" or nb < limit:
             continue
@@ -170,7 +170,7 @@ class _Laid:
 
 
 def _on_compiled(graph, executable, reason):
-    if not debug._IS_MASTER or debug._eager_now():
+    if not debug._is_master() or debug._eager_now():
         return
     text = report(graph, executable)
     if text:
@@ -179,5 +179,5 @@ def _on_compiled(graph, executable, reason):
 
 def install():
     """Subscribe when PT_XLA_DEBUG_LEVEL>=1 or XLA_SPMD_DEBUG=1."""
-    if debug.LEVEL >= 1 or config.flag("XLA_SPMD_DEBUG"):
+    if debug.LEVEL >= 1 or config.read("XLA_SPMD_DEBUG"):
         events.subscribe("compiled", _on_compiled)

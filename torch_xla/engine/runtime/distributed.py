@@ -26,13 +26,6 @@ _state = {"done": False, "active": False}
 report_hook = None  # set by the launcher: sends a fatal report to the parent
 
 
-def env_int(name, default):
-    v = os.environ.get(name)
-    if v in (None, ""):
-        return default
-    return int(v)
-
-
 def active():
     """True once this process has joined a multi-process job."""
     return _state["active"]
@@ -41,9 +34,9 @@ def active():
 def _torchrun_coordinator(master_addr):
     """Under torchrun: rank 0 picks a free port and publishes it in torchrun's store."""
     import torch.distributed as dist
-    port = int(os.environ.get("MASTER_PORT", "29500"))
+    port = config.read("MASTER_PORT")   # torchrun always sets it
     key = "torch_xla/jax_coordinator/{}/{}".format(
-        os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        config.read("TORCHELASTIC_RUN_ID"), config.read("TORCHELASTIC_RESTART_COUNT"))
     store = dist.TCPStore(master_addr, port, is_master=False, timeout=_timedelta(init_timeout()))
     if rank() == 0:
         store.set(key, str(free_port(master_addr)))
@@ -78,19 +71,19 @@ def port_in_use(host, port):
 
 
 def init_timeout():
-    return config.integer("XLA_DIST_INIT_TIMEOUT")
+    return config.read("XLA_DIST_INIT_TIMEOUT")
 
 
 def coordinator_address():
-    addr = config.get("XLA_COORDINATOR_ADDRESS")
+    addr = config.read("XLA_COORDINATOR_ADDRESS")
     if addr:
         return addr
-    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    if os.environ.get("TORCHELASTIC_RUN_ID") is not None:
+    master = config.read("MASTER_ADDR")
+    if config.is_set("TORCHELASTIC_RUN_ID"):
         addr = _torchrun_coordinator(master)
         os.environ["XLA_COORDINATOR_ADDRESS"] = addr
         return addr
-    return f"{master}:{os.environ.get('MASTER_PORT', '12355')}"
+    return f"{master}:{config.read('MASTER_PORT')}"
 
 
 def maybe_initialize():
@@ -126,13 +119,13 @@ def _initialize():
     kw = dict(coordinator_address=coordinator_address(), num_processes=world_size(), process_id=rank())
     params = inspect.signature(jax.distributed.initialize).parameters
     if platform in ("cuda", "rocm"):
-        kw["local_device_ids"] = [env_int("LOCAL_RANK", 0)]
+        kw["local_device_ids"] = [config.read("LOCAL_RANK")]
     if "initialization_timeout" in params:
         kw["initialization_timeout"] = init_timeout()
     if "heartbeat_timeout_seconds" in params:
-        kw["heartbeat_timeout_seconds"] = config.integer("XLA_HEARTBEAT_TIMEOUT")
+        kw["heartbeat_timeout_seconds"] = config.read("XLA_HEARTBEAT_TIMEOUT")
     if "shutdown_timeout_seconds" in params:
-        kw["shutdown_timeout_seconds"] = config.integer("XLA_SHUTDOWN_TIMEOUT")  # replicas may finish far apart
+        kw["shutdown_timeout_seconds"] = config.read("XLA_SHUTDOWN_TIMEOUT")  # replicas may finish far apart
     jax.distributed.initialize(**kw)
     _state["active"] = True
     events.emit("job_started")  # the collective watchdog (compile/job.py) subscribes

@@ -22,7 +22,7 @@ _start_error = []
 
 def device_type():
     """The PJRT device kind, upstream spelling (CPU, CUDA, TPU)."""
-    kind = (config.get("PJRT_DEVICE") or "CPU").upper()
+    kind = config.read("PJRT_DEVICE").upper()
     if kind == "GPU":
         kind = "CUDA"
     if kind not in _PLATFORMS:
@@ -52,7 +52,7 @@ def configure_backend():
     from . import topology
     if topology.is_multiprocess() and not topology.spmd_enabled():
         return   # one device per process; SPMD with one process per host keeps CPU_NUM_DEVICES
-    n = config.integer("CPU_NUM_DEVICES", 1)
+    n = config.read("CPU_NUM_DEVICES")
     if n > 1:
         try:
             jax.config.update("jax_num_cpu_devices", n)
@@ -112,7 +112,7 @@ def device_memory_bytes():
 
 
 def local_device_index():
-    return config.integer("XLA_LOCAL_DEVICE_INDEX", 0)
+    return config.read("XLA_LOCAL_DEVICE_INDEX")
 
 
 def is_initialized():

@@ -4,10 +4,11 @@ job's mesh, and where an uploaded tensor is placed.
 
 Values come from the environment the launchers set (xmp.spawn,
 torch_xla.launch, torchrun): WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE,
-GROUP_RANK (upstream's XLA_* spellings are accepted too).
+GROUP_RANK (upstream's XLA_* spellings are accepted too: each is declared as
+the fallback of the torchrun name in base/config.py). They are read at each
+call, so a process that learns its place late (a forked replica) sees it.
 """
 import glob
-import os
 
 from ..base import config
 
@@ -18,43 +19,35 @@ MESH_AXIS = "xla_replicas"   # the 1-D axis of a multi-process job's mesh
 
 SPMD_AXIS = "spmd"           # the 1-D axis over every local device in SPMD mode
 
-_spmd = [config.flag("XLA_USE_SPMD")]
+_spmd = [config.read("XLA_USE_SPMD")]   # read once, at import; later: enable_spmd()
 _mesh = []
 _spmd_mesh = []
 _locked = []                 # device data exists: the mode may no longer change
 
 
-def _env_int(*names, default):
-    for n in names:
-        v = os.environ.get(n)
-        if v not in (None, ""):
-            return int(v)
-    return default
-
-
 def world_size():
     """Processes in the job (each drives one device)."""
-    return _env_int("WORLD_SIZE", "XLA_WORLD_SIZE", default=1)
+    return config.read("WORLD_SIZE")
 
 
 def rank():
     """This process's index in the job (its global ordinal)."""
-    return _env_int("RANK", "XLA_GLOBAL_ORDINAL", default=0)
+    return config.read("RANK")
 
 
 def local_rank():
     """This process's index on its host."""
-    return _env_int("PJRT_LOCAL_PROCESS_RANK", "LOCAL_RANK", "XLA_LOCAL_ORDINAL", default=0)
+    return config.read("PJRT_LOCAL_PROCESS_RANK")
 
 
 def local_process_count():
     """Processes of the job on this host."""
-    return _env_int("LOCAL_WORLD_SIZE", "XLA_LOCAL_WORLD_SIZE", default=1)
+    return config.read("LOCAL_WORLD_SIZE")
 
 
 def host_index():
     """Index of this host in the job."""
-    return _env_int("GROUP_RANK", "XLA_HOST_INDEX", default=0)
+    return config.read("GROUP_RANK")
 
 
 def is_multiprocess():
@@ -100,13 +93,13 @@ def local_device_count(kind=None):
     from .platform import device_type
     kind = kind or device_type()
     if kind == "CPU":
-        return config.integer("CPU_NUM_DEVICES", 1)
+        return config.read("CPU_NUM_DEVICES")
     if kind == "CUDA":
-        n = config.integer("GPU_NUM_DEVICES", 0)
+        n = config.read("GPU_NUM_DEVICES")
         if n:
             return n
-        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if vis not in (None, ""):
+        vis = config.read("CUDA_VISIBLE_DEVICES")
+        if vis:
             return len([v for v in vis.split(",") if v.strip()])
         try:
             import subprocess
@@ -115,7 +108,7 @@ def local_device_count(kind=None):
         except Exception:  # noqa: BLE001
             return 1
     if kind == "TPU":
-        n = config.integer("TPU_NUM_DEVICES", 0)
+        n = config.read("TPU_NUM_DEVICES")
         if n:
             return n
         return max(1, len(glob.glob("/dev/accel*")) or len(glob.glob("/dev/vfio/[0-9]*")))

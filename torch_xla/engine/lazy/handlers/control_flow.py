@@ -18,6 +18,7 @@ import jax
 import torch
 from jax import lax
 
+from ...base import config
 from ...base.dtypes import JAX_TO_TORCH
 from ...ir import node as ir
 from ...ops.op import OpInfo
@@ -124,7 +125,7 @@ class _FnNode(torch.autograd.Function):
         fouts = tuple(i for i, a in enumerate(spec.out_avals) if _is_float(a[1]))
         ctx.spec, ctx.slots, ctx.diff, ctx.where, ctx.fouts = spec, slots, diff, where, fouts
         ops = _merge(slots, tensors)
-        split = _split_specs(spec, diff, fouts) if diff and fouts and not _NO_SPLIT else None
+        split = _split_specs(spec, diff, fouts) if diff and fouts and not config.read("XLA_SCAN_RECOMPUTE") else None
         ctx.split = split
         if split is not None:
             fwd, _bwd = split
@@ -198,7 +199,6 @@ def vjp_spec(spec, diff, fouts):
 
 
 _split_cache = {}
-_NO_SPLIT = bool(__import__("os").environ.get("XLA_SCAN_RECOMPUTE"))
 
 
 def _split_specs(spec, diff, fouts):
