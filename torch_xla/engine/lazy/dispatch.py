@@ -150,10 +150,11 @@ def _convert_meta(x, *, shape, dtype):
 def _convert_lowering(x, *, shape, dtype):
     import jax.numpy as jnp
     from ..base.dtypes import to_jax
+    from ..ops.numerics import cast
     target = to_jax(dtype)
     if jnp.iscomplexobj(x) and not jnp.issubdtype(target, jnp.complexfloating):
         x = jnp.real(x)   # PyTorch keeps the real part (with its own warning); JAX's cast is deprecated
-    return jnp.broadcast_to(x.astype(target), shape)
+    return jnp.broadcast_to(cast(x, target), shape)
 
 
 _CONVERT = OpInfo("_to_copy", None, _convert_lowering, meta=_convert_meta)

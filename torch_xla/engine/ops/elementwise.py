@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..base.dtypes import to_jax
+from . import numerics as nx
 from .registry import ctx, lower, vjp_of
 
 
@@ -22,10 +23,7 @@ def _cd():
     return to_jax(c) if c is not None else None
 
 
-def _as(x, dt):
-    if isinstance(x, (int, float, bool, complex)):
-        return jnp.asarray(x, dt)
-    return x if x.dtype == dt else x.astype(dt)
+_as = nx.cast   # bool -> number by a select: XLA's simplifier would make 0 * inf of a convert 0
 
 
 def _is_float(dt):
@@ -43,22 +41,39 @@ def _wide(x):
 
 # -- arithmetic -------------------------------------------------------------
 
+def _operands(a, b):
+    """(a, b, dt, ct): the operands of a binary arithmetic op in ct, the dtype eager
+    computes it in; dt is the output dtype. Half outputs compute in float32 and
+    round once (opmath); a one-element second operand keeps its own precision
+    there, as eager's CPU kernels read it unrounded (TensorIterator's
+    original_scalar_value: `f16_t / 3.3` divides by 3.3, not by f16(3.3))."""
+    dt = _od()
+    if dt not in nx.HALF:
+        return _as(a, dt), _as(b, dt), dt, dt
+    ct = jnp.dtype(jnp.float32)
+    a = _as(_as(a, dt), ct)
+    b = _as(b, ct) if isinstance(b, (int, float, bool)) or b.size == 1 else _as(_as(b, dt), ct)
+    return a, b, dt, ct
+
+
+def _scaled(b, alpha, ct):
+    if isinstance(alpha, (int, float)) and alpha == 1:
+        return b
+    return b * _as(alpha, ct)
+
+
 @lower("add.Tensor", "add.Scalar")
 def _add(a, b, alpha=1):
-    dt = _od()
-    a, b = _as(a, dt), _as(b, dt)
-    if not (isinstance(alpha, (int, float)) and alpha == 1):
-        b = b * _as(alpha, dt)
-    return a + b if dt != jnp.bool_ else a | b
+    a, b, dt, ct = _operands(a, b)
+    if dt == jnp.bool_:
+        return a | (b & _as(alpha, dt))
+    return _as(a + _scaled(b, alpha, ct), dt)
 
 
 @lower("sub.Tensor", "sub.Scalar")
 def _sub(a, b, alpha=1):
-    dt = _od()
-    a, b = _as(a, dt), _as(b, dt)
-    if not (isinstance(alpha, (int, float)) and alpha == 1):
-        b = b * _as(alpha, dt)
-    return a - b
+    a, b, dt, ct = _operands(a, b)
+    return _as(a - _scaled(b, alpha, ct), dt)
 
 
 @lower("rsub.Tensor", "rsub.Scalar")
@@ -68,31 +83,40 @@ def _rsub(a, b, alpha=1):
 
 @lower("mul.Tensor", "mul.Scalar")
 def _mul(a, b):
-    dt = _od()
+    a, b, dt, _ = _operands(a, b)
     if dt == jnp.bool_:
-        return _as(a, dt) & _as(b, dt)
-    return _as(a, dt) * _as(b, dt)
+        return a & b
+    return _as(a * b, dt)
+
+
+def _quotient(a, b, fn, half_steps=False):
+    """fn(a, b) rounded to the output dtype. Half types: in float32 (eager's opmath)
+    for true division and wherever the divisor is one element; eager's floor and
+    trunc division of two half tensors round every step to the half type
+    (`half_steps`)."""
+    dt = _od()
+    if half_steps and dt in nx.HALF and not (isinstance(b, (int, float, bool)) or b.size == 1):
+        return fn(_as(a, dt), _as(b, dt))
+    a, b, dt, _ = _operands(a, b)
+    return _as(fn(a, b), dt)
 
 
 @lower("div.Tensor", "div.Scalar", "true_divide.Tensor", "true_divide.Scalar")
 def _div(a, b):
-    dt = _od()
-    return _as(a, dt) / _as(b, dt)
+    return _quotient(a, b, nx.true_divide)
 
 
 @lower("div.Tensor_mode", "div.Scalar_mode")
 def _div_mode(a, b, rounding_mode=None):
     dt = _od()
     if rounding_mode is None:
-        return _as(a, dt) / _as(b, dt)
+        return _div(a, b)
+    if _is_float(dt):
+        return _quotient(a, b, nx.trunc_divide if rounding_mode == "trunc" else nx.floor_divide, half_steps=True)
     a, b = _as(a, dt), _as(b, dt)
     if rounding_mode == "trunc":
-        if _is_float(dt):
-            return jnp.trunc(a / b)
         a, b = jnp.broadcast_arrays(a, b)   # lax.div does not broadcast
         return lax.div(a, b)
-    if _is_float(dt):
-        return jnp.floor(a / b)
     return jnp.floor_divide(a, b)
 
 
@@ -146,7 +170,7 @@ def _addcmul(x, t1, t2, value=1):
 @lower("addcdiv")
 def _addcdiv(x, t1, t2, value=1):
     dt = _od()
-    return _as(x, dt) + _as(value, dt) * (_as(t1, dt) / _as(t2, dt))
+    return _as(x, dt) + _as(value, dt) * nx.true_divide(_as(t1, dt), _as(t2, dt))
 
 
 # -- bitwise / logical -------------------------------------------------------
@@ -182,10 +206,10 @@ def _truthy(x):
     return x != 0 if x.dtype != jnp.bool_ else x
 
 
-lower("logical_and")(lambda a, b: (_truthy(a) & _truthy(b)).astype(_od()))
-lower("logical_or")(lambda a, b: (_truthy(a) | _truthy(b)).astype(_od()))
-lower("logical_xor")(lambda a, b: (_truthy(a) ^ _truthy(b)).astype(_od()))
-lower("logical_not")(lambda a: (~_truthy(a)).astype(_od()))
+lower("logical_and")(lambda a, b: _as(_truthy(a) & _truthy(b), _od()))
+lower("logical_or")(lambda a, b: _as(_truthy(a) | _truthy(b), _od()))
+lower("logical_xor")(lambda a, b: _as(_truthy(a) ^ _truthy(b), _od()))
+lower("logical_not")(lambda a: _as(~_truthy(a), _od()))
 lower("bitwise_not")(lambda a: jnp.invert(a) if a.dtype != jnp.bool_ else ~a)
 
 

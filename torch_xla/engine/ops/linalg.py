@@ -2,6 +2,7 @@
 import jax.numpy as jnp
 from jax import lax
 
+from .numerics import cast
 from .registry import ctx, lower, vjp_of
 
 
@@ -211,7 +212,7 @@ def _cdist_backward(grad, x1, x2, p, cdist):
         diff = x1[..., :, None, :] - x2[..., None, :, :]
         w = jnp.sign(diff)
         if p != 1.0:  # every coordinate that attains the max, no splitting
-            w = w * (jnp.abs(diff) == cdist[..., None]).astype(diff.dtype)
+            w = w * cast(jnp.abs(diff) == cdist[..., None], diff.dtype)
         return jnp.sum(grad[..., None].astype(x1.dtype) * w, axis=-2)
     return vjp_of(lambda a: _cdist(a, x2, p), (x1,), grad)[0]
 

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from .numerics import cast
 from .registry import ctx, lower, meta, vjp_of
 
 
@@ -690,4 +691,4 @@ def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
 def _native_dropout_backward(grad, mask, scale):
     # one op (upstream's xla::native_dropout_backward), not a decomposed mul chain
     dt = _od()
-    return grad.astype(dt) * mask.astype(dt) * jnp.asarray(scale, dt)
+    return grad.astype(dt) * cast(mask, dt) * jnp.asarray(scale, dt)
