@@ -125,11 +125,24 @@ def _floor_divide(a, b):
     return _div_mode(a, b, "floor")
 
 
+def _pow_by_squaring(a, e):
+    """a ** e for integers, e >= 0, by squaring over every bit of e: products wrap
+    modulo 2**bits as eager's loop's do (2 ** 64 == 0 in int64). jnp.power stops
+    after six bits of the exponent (2 ** 64 gave 1)."""
+    acc = jnp.ones(jnp.broadcast_shapes(a.shape, e.shape), a.dtype)
+    one = jnp.ones((), e.dtype)
+    for _ in range(jnp.iinfo(e.dtype).bits):
+        acc = jnp.where((e & one) == one, acc * a, acc)
+        a = a * a
+        e = e >> one
+    return acc
+
+
 def _int_pow(a, b):
     """Integer power as PyTorch computes it: negative exponents give 0 unless
     the base is 1 or -1."""
     b = jnp.asarray(b, a.dtype) if isinstance(b, (int, bool)) else b
-    pos = jnp.power(a, jnp.maximum(b, 0))
+    pos = _pow_by_squaring(a, jnp.maximum(b, 0))
     if a.dtype == jnp.bool_ or jnp.issubdtype(a.dtype, jnp.unsignedinteger):
         return pos
     one = jnp.ones((), a.dtype)
