@@ -15,9 +15,10 @@ def _prec(dt):
     return lax.Precision.HIGHEST if dt == jnp.float32 else None
 
 
-def _mm(a, b):
+def _mm(a, b, acc=None):
+    """acc: the result's dtype (the unrounded accumulation), None: the output dtype."""
     dt = _od()
-    return jnp.matmul(a.astype(dt), b.astype(dt), precision=_prec(dt))
+    return jnp.matmul(a.astype(dt), b.astype(dt), precision=_prec(dt), preferred_element_type=acc)
 
 
 lower("mm", "bmm", "matmul", "dot", "mv", "vdot", "inner")(lambda a, b: _mm(a, b) if a.ndim and b.ndim else a * b)
@@ -35,19 +36,27 @@ def _scaled_sum(prod, bias, beta, alpha, dt):
     return out + (bias.astype(dt) if _is(beta, 1) else bias.astype(dt) * jnp.asarray(beta, dt))
 
 
+def _acc(dt):
+    """Half types: products and the bias sum in float32, rounded once (eager's
+    fused bias)."""
+    return jnp.dtype(jnp.float32) if dt in (jnp.bfloat16, jnp.float16) else None
+
+
 @lower("addmm", "addmv", "addbmm")
 def _addmm(bias, a, b, beta=1, alpha=1):
     dt = _od()
-    prod = _mm(a, b)
+    acc = _acc(dt)
+    prod = _mm(a, b, acc)
     if prod.ndim == 3:
         prod = prod.sum(0)
-    return _scaled_sum(prod, bias, beta, alpha, dt)
+    return _scaled_sum(prod, bias, beta, alpha, acc or dt).astype(dt)
 
 
 @lower("baddbmm")
 def _baddbmm(bias, a, b, beta=1, alpha=1):
     dt = _od()
-    return _scaled_sum(_mm(a, b), bias, beta, alpha, dt)
+    acc = _acc(dt)
+    return _scaled_sum(_mm(a, b, acc), bias, beta, alpha, acc or dt).astype(dt)
 
 
 @lower("addr")

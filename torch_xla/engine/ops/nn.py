@@ -30,17 +30,19 @@ def _dn(nd):
     return ("NC" + sp, "OI" + sp, "NC" + sp)
 
 
-def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
+def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc=None):
+    """acc: the dtype of the result (the accumulation's, unrounded), None: x's."""
     nd = x.ndim - 2
     stride = list(stride) * (nd if len(stride) == 1 else 1)
     dilation = list(dilation) * (nd if len(dilation) == 1 else 1)
     padding = list(padding) * (nd if len(padding) == 1 else 1)
     if not transposed and groups == 1 and all(k == 1 for k in w.shape[2:]) and not any(padding):
-        return _pointwise_conv(x, w, stride)
+        return _pointwise_conv(x, w, stride, acc)
     if not transposed:
         return lax.conv_general_dilated(
             x, w, window_strides=stride, padding=[(p, p) for p in padding], rhs_dilation=dilation,
-            dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype))
+            dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype),
+            preferred_element_type=acc)
     output_padding = list(output_padding) * (nd if len(output_padding) == 1 else 1)
     # weight (in, out/g, *k) -> (out, in/g, *k), spatially flipped
     cin = w.shape[0]
@@ -52,17 +54,19 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
             for i in range(nd)]
     return lax.conv_general_dilated(
         x, w, window_strides=[1] * nd, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
-        dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype))
+        dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype),
+        preferred_element_type=acc)
 
 
-def _pointwise_conv(x, w, stride):
+def _pointwise_conv(x, w, stride, acc=None):
     """A 1x1 convolution (no padding, one group) as the matmul it is: XLA:CPU's
     convolution kernels, above all the weight gradient, run several times slower
     than its dot on the same shapes. Dilation does not matter for a 1x1 kernel; a
     stride keeps every s-th position."""
     if any(s != 1 for s in stride):
         x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)]
-    y = lax.dot_general(x, w.reshape(w.shape[:2]), (((1,), (1,)), ((), ())), precision=_prec(x.dtype))
+    y = lax.dot_general(x, w.reshape(w.shape[:2]), (((1,), (1,)), ((), ())), precision=_prec(x.dtype),
+                        preferred_element_type=acc)
     return jnp.moveaxis(y, -1, 1)   # (N, *sp, O) -> (N, O, *sp)
 
 
@@ -72,10 +76,13 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     x, w = x.astype(dt), w.astype(dt)
     if isinstance(padding, str):
         raise NotImplementedError("string padding reaches aten as numbers")
-    y = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
-    if bias is not None:
-        y = y + bias.astype(dt).reshape((1, -1) + (1,) * (y.ndim - 2))
-    return y
+    if bias is None:
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
+    # half types: the bias joins the float32 accumulation and the sum rounds once, as
+    # eager's fused bias does (two roundings moved bf16 gradients by 10%)
+    acc = jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else None
+    y = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc)
+    return (y + bias.astype(y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))).astype(dt)
 
 
 @lower("convolution_backward")
