@@ -56,10 +56,10 @@ def _operands(a, b):
     return a, b, dt, ct
 
 
-def _scaled(b, alpha, ct):
+def _scaled(b, alpha, dt, ct):
     if isinstance(alpha, (int, float)) and alpha == 1:
         return b
-    return b * _as(alpha, ct)
+    return b * _as(_as(alpha, dt), ct)   # eager rounds alpha to the tensors' dtype
 
 
 @lower("add.Tensor", "add.Scalar")
@@ -67,13 +67,13 @@ def _add(a, b, alpha=1):
     a, b, dt, ct = _operands(a, b)
     if dt == jnp.bool_:
         return a | (b & _as(alpha, dt))
-    return _as(a + _scaled(b, alpha, ct), dt)
+    return _as(a + _scaled(b, alpha, dt, ct), dt)
 
 
 @lower("sub.Tensor", "sub.Scalar")
 def _sub(a, b, alpha=1):
     a, b, dt, ct = _operands(a, b)
-    return _as(a - _scaled(b, alpha, ct), dt)
+    return _as(a - _scaled(b, alpha, dt, ct), dt)
 
 
 @lower("rsub.Tensor", "rsub.Scalar")
@@ -157,6 +157,13 @@ def _int_pow(a, b):
 @lower("pow.Tensor_Tensor", "pow.Scalar")
 def _pow(a, b):
     dt = _od()
+    if dt in nx.HALF:   # eager: in float32, rounded once (x ** 3 is two products)
+        ct = jnp.dtype(jnp.float32)
+        a = _as(_as(a, dt), ct)
+        if isinstance(b, int) and not isinstance(b, bool):
+            return _as(lax.integer_pow(a, b), dt)
+        b = _as(b, ct) if isinstance(b, (int, float, bool)) or b.size == 1 else _as(_as(b, dt), ct)
+        return _as(jnp.power(a, b), dt)
     if isinstance(b, int) and not isinstance(b, bool) and (b >= 0 or _is_float(dt)):
         return lax.integer_pow(_as(a, dt), b)
     a, b = _as(a, dt), _as(b, dt)
@@ -167,30 +174,47 @@ def _pow(a, b):
     return jnp.power(a, b)
 
 
+def _in_opmath(*xs):
+    """xs in the output dtype, then in the dtype eager computes it in (float32 for
+    the half types); -> (values..., output dtype, compute dtype)."""
+    dt = _od()
+    ct = nx.opmath_dtype(dt)
+    return tuple(_as(_as(x, dt), ct) for x in xs) + (dt, ct)
+
+
 @lower("lerp.Scalar", "lerp.Tensor")
 def _lerp(a, b, w):
-    dt = _od()
-    a, b, w = _as(a, dt), _as(b, dt), _as(w, dt)
-    return a + w * (b - a)
+    # eager's formula: from the nearer end, so that w == 1 gives b exactly; a Python
+    # weight at its own precision (lerp.Tensor's weight has the tensors' dtype)
+    a, b, dt, ct = _in_opmath(a, b)
+    w = _as(w, ct)
+    small = jnp.abs(w) < 0.5
+    one = jnp.ones((), w.dtype)
+    return _as(jnp.where(small, a + w * (b - a), b - (b - a) * (one - w)), dt)
 
 
 @lower("addcmul")
 def _addcmul(x, t1, t2, value=1):
-    dt = _od()
-    return _as(x, dt) + _as(value, dt) * _as(t1, dt) * _as(t2, dt)
+    x, t1, t2, dt, ct = _in_opmath(x, t1, t2)
+    return _as(x + _as(value, ct) * t1 * t2, dt)
 
 
 @lower("addcdiv")
 def _addcdiv(x, t1, t2, value=1):
-    dt = _od()
-    return _as(x, dt) + _as(value, dt) * nx.true_divide(_as(t1, dt), _as(t2, dt))
+    x, t1, t2, dt, ct = _in_opmath(x, t1, t2)
+    return _as(x + _as(value, ct) * nx.true_divide(t1, t2), dt)
 
 
 # -- bitwise / logical -------------------------------------------------------
 
-def _binary_same(fn):
+def _binary_same(fn, opmath=False):
+    """fn on both operands cast to the output dtype; `opmath`: half types computed in
+    float32 and rounded once, as eager does for functions that are not exact."""
     def rule(a, b):
         dt = _od()
+        if opmath and dt in nx.HALF:
+            a, b, dt, ct = _in_opmath(a, b)
+            return _as(fn(a, b), dt)
         return fn(_as(a, dt), _as(b, dt))
     return rule
 
@@ -257,7 +281,7 @@ def _unary(fn, float_only=True, exact=False):
         if not exact and dt in _HALF:
             # eager computes half-precision math in float32 and rounds once; JAX would
             # round after every step of a decomposed function (acos, sigmoid, i0, ...)
-            return fn(_as(x, jnp.float32)).astype(dt)
+            return _as(fn(_as(_as(x, dt), jnp.float32)), dt)
         return fn(_as(x, dt))
     return rule
 
@@ -304,8 +328,9 @@ def _sign(x):
 
 
 @lower("digamma")
+@nx.opmath
 def _digamma(x):
-    dt = _od()
+    dt = nx.opmath_dtype(_od())
     x = _as(x, dt)
     # PyTorch: -inf at 0 (JAX gives NaN there), NaN at negative integers
     inf = jnp.asarray(jnp.inf, dt)
@@ -384,6 +409,7 @@ def _sgn(x):
 
 
 @lower("round", "round.decimals")
+@nx.opmath
 def _round(x, decimals=0):
     if not _is_float(x.dtype):
         return x
@@ -391,6 +417,7 @@ def _round(x, decimals=0):
 
 
 @lower("gelu")
+@nx.opmath
 def _gelu(x, approximate="none"):
     if approximate == "tanh":
         return jax.nn.gelu(x, approximate=True)
@@ -398,27 +425,32 @@ def _gelu(x, approximate="none"):
 
 
 @lower("gelu_backward")
+@nx.opmath
 def _gelu_backward(grad, x, approximate="none"):
     return vjp_of(lambda y: _gelu(y, approximate), (x,), grad)[0]
 
 
 @lower("leaky_relu")
+@nx.opmath
 def _leaky_relu(x, negative_slope=0.01):
     return jnp.where(x > 0, x, x * _as(negative_slope, x.dtype))
 
 
 @lower("elu")
+@nx.opmath
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     dt = x.dtype
     return jnp.where(x > 0, x * _as(scale, dt), _as(alpha, dt) * _as(scale, dt) * jnp.expm1(x * _as(input_scale, dt)))
 
 
 @lower("celu")
+@nx.opmath
 def _celu(x, alpha=1.0):
     return jax.nn.celu(x, alpha)
 
 
 @lower("softplus")
+@nx.opmath
 def _softplus(x, beta=1, threshold=20):
     dt = x.dtype
     bx = x * _as(beta, dt)
@@ -440,7 +472,7 @@ def _threshold_backward(grad, x, threshold):
     return jnp.where(x <= _as(threshold, x.dtype), jnp.zeros((), grad.dtype), grad)
 
 
-@lower("logit")
+@lower("logit")   # in the input's type: eager's half kernel rounds x / (1 - x) before the log
 def _logit(x, eps=None):
     if eps is not None:
         x = jnp.clip(x, eps, 1 - eps)
@@ -563,7 +595,8 @@ _sp = jax.scipy.special
 def _float_unary(fn):
     def rule(x):
         dt = _od()
-        return fn(_as(x, dt)).astype(dt)
+        ct = nx.opmath_dtype(dt)
+        return fn(_as(_as(x, dt), ct)).astype(dt)
     return rule
 
 
@@ -577,8 +610,9 @@ for _n, _fn in (("special_i0e", _sp.i0e), ("special_i1", _sp.i1), ("special_i1e"
 
 
 @lower("polygamma")
+@nx.opmath
 def _polygamma(n, x):
-    dt = _od()
+    dt = nx.opmath_dtype(_od())
     x = _as(x, dt)
     if n == 0:
         return _digamma(x)
@@ -603,8 +637,9 @@ def _frexp(x):
 
 
 @lower("mvlgamma")
+@nx.opmath
 def _mvlgamma(x, p):
-    dt = _od()
+    dt = nx.opmath_dtype(_od())
     return _sp.multigammaln(_as(x, dt), p).astype(dt)
 
 
@@ -624,21 +659,26 @@ def _hardshrink_backward(grad, x, lambd):
 for _names, _fn in (
     (("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor",), jnp.remainder),
     (("fmod.Tensor", "fmod.Scalar",), jnp.fmod),
-    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), jnp.power),
-    (("atan2", "arctan2",), jnp.arctan2),
-    (("hypot",), jnp.hypot),
     (("maximum",), jnp.maximum),
     (("minimum",), jnp.minimum),
     (("fmax",), jnp.fmax),
     (("fmin",), jnp.fmin),
     (("copysign.Tensor", "copysign.Scalar",), jnp.copysign),
-    (("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other",), jax.scipy.special.xlogy),
     (("clamp_min", "clamp_min.Tensor",), jnp.maximum),
     (("clamp_max", "clamp_max.Tensor",), jnp.minimum),
-    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), lambda a, b: _zeta(a, b)),
-    (("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar",), _sp.xlog1py),
-    (("igamma",), _sp.gammainc),
-    (("igammac",), _sp.gammaincc),
     (("nextafter",), jnp.nextafter),
+    # eager rounds log(y) to the half type before the product
+    (("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other",), jax.scipy.special.xlogy),
+    (("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar",), _sp.xlog1py),
 ):
     lower(*_names)(_binary_same(_fn))
+# not exact in the output precision: half types in float32, rounded once
+for _names, _fn in (
+    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), jnp.power),
+    (("atan2", "arctan2",), jnp.arctan2),
+    (("hypot",), jnp.hypot),
+    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), lambda a, b: _zeta(a, b)),
+    (("igamma",), _sp.gammainc),
+    (("igammac",), _sp.gammaincc),
+):
+    lower(*_names)(_binary_same(_fn, opmath=True))

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from . import numerics as nx
 from .numerics import cast
 from .registry import ctx, lower, meta, vjp_of
 
@@ -241,8 +242,8 @@ def _avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_
     strides = (1,) * lead + tuple(stride)
     allpads = [(0, 0)] * lead + pads
     s = lax.reduce_window(x, np.array(0, dtype=x.dtype), lax.add, win, strides, allpads)
-    if divisor_override:
-        return s / jnp.asarray(divisor_override, x.dtype)
+    if divisor_override:   # true quotients, as eager's (XLA would multiply by 1 / constant)
+        return nx.true_divide(s, jnp.asarray(divisor_override, x.dtype), opaque=True)
     if count_include_pad:
         ones = np.pad(np.ones(sp, np.float32), [(p, p) for p in padding], constant_values=1)
         extra = [(0, max(hi - p, 0)) for (p, hi), p in zip(pads, padding)]
@@ -251,7 +252,7 @@ def _avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_
     else:
         ones = jnp.ones(sp, jnp.float32)
         cnt = lax.reduce_window(ones, 0.0, lax.add, tuple(kernel), tuple(stride), pads)
-    return s / cnt.astype(x.dtype)
+    return nx.true_divide(s, cnt.astype(x.dtype), opaque=True)
 
 
 def _avg_pool_nd(nd):
@@ -272,11 +273,12 @@ def _avg_pool_nd_bwd(nd):
     return rule
 
 
-lower("avg_pool2d")(_avg_pool_nd(2))
-lower("avg_pool3d")(_avg_pool_nd(3))
-lower("avg_pool1d")(_avg_pool_nd(1))
-lower("avg_pool2d_backward")(_avg_pool_nd_bwd(2))
-lower("avg_pool3d_backward")(_avg_pool_nd_bwd(3))
+# half types: eager sums a window in float32 and rounds the average once
+lower("avg_pool2d")(nx.opmath(_avg_pool_nd(2)))
+lower("avg_pool3d")(nx.opmath(_avg_pool_nd(3)))
+lower("avg_pool1d")(nx.opmath(_avg_pool_nd(1)))
+lower("avg_pool2d_backward")(nx.opmath(_avg_pool_nd_bwd(2)))
+lower("avg_pool3d_backward")(nx.opmath(_avg_pool_nd_bwd(3)))
 
 
 def _adaptive_matrix(n, o):
@@ -307,12 +309,14 @@ def _adaptive_avg(x, out_sp):
 
 @lower("_adaptive_avg_pool2d", "adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_avg_pool1d",
        "adaptive_avg_pool3d")
+@nx.opmath
 def _adaptive_avg_pool(x, output_size):
     nd = len(output_size)
     return _adaptive_avg(x, _os(0)[-nd:])
 
 
 @lower("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward")
+@nx.opmath
 def _adaptive_avg_pool_bwd(grad, x):
     nd = 2 if ctx.entry.name.startswith("_adaptive_avg_pool2d") else 3
     return vjp_of(lambda y: _adaptive_avg(y, grad.shape[-nd:]), (x,), grad)[0]
@@ -473,10 +477,11 @@ def _native_group_norm_backward(grad, x, mean, rstd, w, N, C, HxW, group, output
 # -- losses ------------------------------------------------------------------
 
 def _reduce(loss, reduction):
+    # a half-precision loss is reduced in float32 and rounded once, as eager's mean / sum
     if reduction == 1:
-        return jnp.mean(loss)
+        return jnp.mean(nx.up(loss)).astype(loss.dtype)
     if reduction == 2:
-        return jnp.sum(loss)
+        return jnp.sum(nx.up(loss)).astype(loss.dtype)
     return loss
 
 

@@ -15,8 +15,13 @@ other than what eager PyTorch computes.
 - `opmath`: eager computes float16 / bfloat16 math in float32 and rounds once
   (at::opmath_type); these helpers do the same.
 """
+import functools
+
 import jax.numpy as jnp
 from jax import lax
+
+from ..base.dtypes import to_jax
+from .context import ctx
 
 HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 _NUMBER = (bool, int, float, complex)
@@ -38,6 +43,39 @@ def up(x):
     return x.astype(jnp.float32)
 
 
+def _has_half(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            if _has_half(a):
+                return True
+        elif getattr(a, "dtype", None) in HALF:
+            return True
+    return False
+
+
+def _up_all(a):
+    if isinstance(a, (list, tuple)):
+        return type(a)(_up_all(x) for x in a)
+    return up(a) if hasattr(a, "dtype") else a
+
+
+def opmath(rule):
+    """A rule run as eager runs the op on half types: float16 / bfloat16 array
+    arguments in float32, each output rounded once to the op's output dtype (the
+    rule's own steps would otherwise round, or not, as XLA fuses them). Rules
+    without half arguments run unchanged."""
+    @functools.wraps(rule)
+    def run(*args, **kwargs):
+        if not (_has_half(args) or _has_half(kwargs.values())):
+            return rule(*args, **kwargs)
+        out = rule(*_up_all(args), **{k: _up_all(v) for k, v in kwargs.items()})
+        avals = ctx.entry.out_avals
+        if isinstance(out, (list, tuple)):
+            return type(out)(o if o is None else cast(o, to_jax(avals[i][1])) for i, o in enumerate(out))
+        return cast(out, to_jax(avals[0][1]))
+    return run
+
+
 def cast(x, dt):
     """x (array or Python number) as dtype dt; a bool array becomes 0/1 by a select
     (see the module docstring), never by a bare convert."""
@@ -51,22 +89,33 @@ def cast(x, dt):
     return x.astype(dt)
 
 
-def true_divide(a, b):
+def true_divide(a, b, opaque=False):
     """a / b for float or complex operands of one dtype, rounded once as eager's
     division is. A divisor that will be broadcast passes through an optimization
-    barrier (it is small, and no longer a constant the simplifier could invert);
-    a second use of the divisor (the quotient is nan where the divisor is) keeps
-    the CPU rewrite, which needs a divisor of one use, from matching. A Python
-    number stays as it is: 0 and 1 give exact products."""
+    barrier (it is small, and no longer a constant the simplifier could invert),
+    its size-1 dims dropped first so that the broadcast reads the barrier's output
+    itself; a second use of that output (the quotient is nan where the divisor
+    is) keeps the CPU rewrite, which needs a broadcast operand of one use, from
+    matching. A full-shape divisor gets the second use alone. `opaque`: the barrier
+    whatever the divisor's shape (one the rule builds from constants, such as a
+    pooling window's element counts). A Python number stays as it is: 0 and 1
+    give exact products."""
     if isinstance(b, _NUMBER):
         return a / b
     if isinstance(a, _NUMBER):
         a = jnp.asarray(a, b.dtype)
-    if jnp.shape(b) != jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b)):
-        b = lax.optimization_barrier(b)
-    q = a / b
-    if jnp.issubdtype(q.dtype, jnp.floating):
-        q = jnp.where(jnp.isnan(b), b.astype(q.dtype), q)
+    out = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b))
+    real = jnp.issubdtype(jnp.result_type(a, b), jnp.floating)
+    if not opaque and jnp.shape(b) == out:
+        q = a / b
+        return jnp.where(jnp.isnan(b), b.astype(q.dtype), q) if real else q
+    shape = (1,) * (len(out) - b.ndim) + tuple(b.shape)
+    keep = tuple(i for i, d in enumerate(shape) if d != 1)
+    core = lax.optimization_barrier(b.reshape(tuple(shape[i] for i in keep)))
+    wide = lax.broadcast_in_dim(core, out, keep)
+    q = jnp.broadcast_to(a, out) / wide
+    if real:
+        q = jnp.where(lax.broadcast_in_dim(jnp.isnan(core), out, keep), wide.astype(q.dtype), q)
     return q
 
 
