@@ -79,14 +79,20 @@ def _functional_twin(func):
     packet = getattr(aten, name, None)
     if packet is None:
         return None
-    want = [a.name for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+    # fmod.Scalar_out -> fmod.Scalar, not fmod.Tensor: the names match both, the types
+    # one (a Python `other` given to the Tensor overload fails to parse)
+    want = [(a.name, str(a.type)) for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+    by_name = None
     for cand_name in packet.overloads():
         cand = getattr(packet, cand_name)
         if _mutated_args(cand._schema):
             continue
-        if [a.name for a in cand._schema.arguments] == want:
+        sig = [(a.name, str(a.type)) for a in cand._schema.arguments]
+        if sig == want:
             return cand
-    return None
+        if by_name is None and [n for n, _ in sig] == [n for n, _ in want]:
+            by_name = cand
+    return by_name
 
 
 def _call(func, args, kwargs):
