@@ -210,10 +210,16 @@ def _check_inplace(func, target, res, args, kwargs, checked):
         return
     margs = tuple(tracing._meta_arg(a) for a in args)
     mkw = {k: tracing._meta_arg(v) for k, v in kwargs.items()}
+    # the meta kernels let `long_t *= 0.0` through, and word what they refuse their
+    # own way; eager's kernel, on stand-ins of the same dtypes, decides and words it
     try:
         func(*margs, **mkw)
     except RuntimeError as e:
-        raise RuntimeError(f"{e}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
+        err = checks.eager_error(func, margs, mkw, real=True) or e
+    else:
+        err = checks.eager_error(func, margs, mkw)
+    if err is not None:
+        raise type(err)(f"{err}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
     checked.add(key)
 
 
