@@ -400,3 +400,24 @@ def test_dim_out_of_range_is_an_index_error(name, fn, shape):
     _raises_like(fn, t, bad)
     with pytest.raises(RuntimeError):   # upstream torch_xla raises RuntimeError: both hold
         _cpu(fn(t.to(DEV), bad))
+
+
+def test_only_half_precision_graphs_get_the_precision_option(monkeypatch):
+    import jax
+    from torch_xla.engine.compile import cache, compiler
+    cache.clear()
+    seen = []
+    real = jax.stages.Lowered.compile
+
+    def spy(self, *a, **k):
+        seen.append(k.get("compiler_options") or {})
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", spy)
+    x = torch.randn(128, 64)
+    (x.to(DEV) * 3).sum(0).cpu()                       # float32: compiled as before
+    assert seen and all("xla_allow_excess_precision" not in o for o in seen)
+    seen.clear()
+    (x.bfloat16().to(DEV) * 3).sum(0).cpu()
+    assert seen and all(o.get("xla_allow_excess_precision") is False for o in seen)
+    assert compiler._options_ok[0]

@@ -27,10 +27,6 @@ HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 _NUMBER = (bool, int, float, complex)
 
 
-def is_half(dt):
-    return jnp.dtype(dt) in HALF
-
-
 def opmath_dtype(dt):
     """The dtype eager computes `dt` math in: float32 for the half types."""
     return jnp.dtype(jnp.float32) if jnp.dtype(dt) in HALF else jnp.dtype(dt)
