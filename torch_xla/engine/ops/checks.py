@@ -357,8 +357,8 @@ def _arange(args, kwargs):
 # dim: "list assignment index out of range"). For the ops PROBED names, the meta
 # function (run by tracing on a memo miss, so a traced call pays nothing) also
 # runs the op in eager on CPU stand-ins: tensors of the same dtypes and ranks
-# holding one element `fill` (so shapes broadcast, dims stay in range and index
-# stand-ins 0 are valid). What eager raises is raised, its type and message;
+# holding one element `fill` per non-empty dim (so shapes broadcast, dims stay in
+# range and index stand-ins 0 are valid). What eager raises is raised, its type and message;
 # eager's result dtypes replace the meta kernel's. Where the meta kernel refuses
 # first, eager's words replace its own when the arguments are small enough to
 # stand in at their real shapes (the error may be about them).
@@ -376,7 +376,7 @@ PROBED = {
     "index_put": 0, "_index_put_impl": 0, "_unsafe_index_put": 0,
     # meta kernels that take any dim (eager's IndexError, DimensionError here) or
     # check in another order than eager
-    "_softmax": 1, "sort": 1, "cummax": 1, "cummin": 1, "index_select": 0, "index_reduce": 0, "cat": 1,
+    "sort": 1, "cummax": 1, "cummin": 1, "index_select": 0, "index_reduce": 0, "cat": 1,
 }
 
 
@@ -386,7 +386,9 @@ _REAL_SHAPES_MAX = 1 << 16   # elements per argument that stand in at their real
 def _stand_in(a, fill, real):
     if isinstance(a, torch.Tensor) and a.device.type in ("meta", "xla"):
         fill, size = fill if isinstance(fill, tuple) else (fill, 1)
-        return torch.full(tuple(a.shape) if real else (size,) * a.dim(), fill, dtype=a.dtype)
+        # empty dims stay empty (cat skips a legacy 1-d empty tensor; [0] broadcasts as [0])
+        shape = tuple(a.shape) if real else tuple(0 if d == 0 else size for d in a.shape)
+        return torch.full(shape, fill, dtype=a.dtype)
     if isinstance(a, (list, tuple)):
         return type(a)(_stand_in(x, fill, real) for x in a)
     return a

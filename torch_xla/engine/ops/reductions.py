@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
+from torch._prims_common import canonicalize_dim
 
 from . import numerics as nx
 from .registry import ctx, lower, meta
@@ -199,6 +200,14 @@ def _along(x, dim):
     if x.ndim == 0:
         return x.reshape(1), 0
     return x, dim % x.ndim
+
+
+@meta("_softmax")
+def _softmax_meta(x, dim, half_to_float):
+    # PyTorch's meta kernel takes any dim; eager's IndexError, in PyTorch's own words.
+    # (Not an eager probe: eager's CPU kernel refuses half_to_float, which XLA runs.)
+    canonicalize_dim(x.dim(), dim)
+    return torch.ops.aten._softmax.default(x, dim, half_to_float)
 
 
 @lower("_softmax")
