@@ -103,22 +103,49 @@ CPU_OPTION_RULES = [
 ]
 _options_ok = [True]
 
+# Eager rounds every op's float16 / bfloat16 result; XLA by default lets a fused
+# computation keep such intermediates in float32 (xla_allow_excess_precision):
+# bf16 `v.addcmul_(v, v); (v - 0.75) ** 2` came out 0.849853515625, between two
+# bf16 values. Graphs holding half-precision values compile with it off, on
+# every platform; graphs without any are left alone (the option could only
+# change how their compile goes).
+PRECISION_OPTIONS = {"xla_allow_excess_precision": False}
+_HALF = frozenset(("float16", "bfloat16"))
 
-def _compile(lowered, graph, text=None):
-    """text: lowered.as_text(), where the caller already has it."""
-    if _options_ok[0] and jax_platform() == "cpu":
+
+def _half_values(graph):
+    for n in graph.order:
+        for _, dt in n.entry.out_avals:
+            if str(dt).replace("torch.", "") in _HALF:
+                return True
+    for p in graph.params:
+        if str(p.entry[1]).replace("torch.", "") in _HALF:
+            return True
+    return False
+
+
+def _compile(lowered, graph, text=None, cpu_rules=True):
+    """text: lowered.as_text(), where the caller already has it. cpu_rules: apply
+    CPU_OPTION_RULES on the CPU (the precision options apply everywhere)."""
+    if not _options_ok[0]:
+        return lowered.compile()
+    options = dict(PRECISION_OPTIONS) if _half_values(graph) else {}
+    if cpu_rules and jax_platform() == "cpu":
         text = text or lowered.as_text()
-        options = {}
+        rules = {}
         for applies, opts in CPU_OPTION_RULES:
             if applies(graph, text):
-                options.update(opts)
-        if options and _shallow(graph):   # one depth walk, and only where a rule applies
-            try:
-                return lowered.compile(compiler_options=options)
-            except Exception as e:   # an XLA without these options: compile as usual from now on
-                if not any(k in str(e) for k in options) and "compiler_options" not in str(e):
-                    raise
-                _options_ok[0] = False
+                rules.update(opts)
+        if rules and _shallow(graph):   # one depth walk, and only where a rule applies
+            options.update(rules)
+    if not options:
+        return lowered.compile()
+    try:
+        return lowered.compile(compiler_options=options)
+    except Exception as e:   # an XLA without these options: compile as usual from now on
+        if not any(k in str(e) for k in options) and "compiler_options" not in str(e):
+            raise
+        _options_ok[0] = False
     return lowered.compile()
 
 

@@ -18,7 +18,7 @@ unsharded inputs replicates the unsharded ones (compiled as replicated, moved
 into place at the call), and its outputs come back laid out by XLA.
 """
 from ..runtime import topology
-from .compiler import LocalJit, register_strategy
+from .compiler import LocalJit, _compile, register_strategy
 
 
 class SpmdJit(LocalJit):
@@ -43,8 +43,8 @@ class SpmdJit(LocalJit):
             return LocalJit.compile(self, graph, inputs)
         fn = graph.build_fn(self.context())
         shardings = self.in_shardings(inputs)
-        compiled = jax.jit(fn, in_shardings=shardings,
-                           donate_argnums=graph.donated).lower(*inputs).compile()
+        compiled = _compile(jax.jit(fn, in_shardings=shardings, donate_argnums=graph.donated).lower(*inputs),
+                            graph, cpu_rules=False)
         return _Placed(compiled, shardings)
 
 

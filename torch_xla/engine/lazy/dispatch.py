@@ -83,14 +83,20 @@ def _functional_twin(func):
     packet = getattr(aten, name, None)
     if packet is None:
         return None
-    want = [a.name for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+    # fmod.Scalar_out -> fmod.Scalar, not fmod.Tensor: the names match both, the types
+    # one (a Python `other` given to the Tensor overload fails to parse)
+    want = [(a.name, str(a.type)) for a in schema.arguments if not (a.alias_info and a.alias_info.is_write)]
+    by_name = None
     for cand_name in packet.overloads():
         cand = getattr(packet, cand_name)
         if _mutated_args(cand._schema):
             continue
-        if [a.name for a in cand._schema.arguments] == want:
+        sig = [(a.name, str(a.type)) for a in cand._schema.arguments]
+        if sig == want:
             return cand
-    return None
+        if by_name is None and [n for n, _ in sig] == [n for n, _ in want]:
+            by_name = cand
+    return by_name
 
 
 def call(func, args, kwargs):
@@ -176,10 +182,16 @@ def _check_inplace(func, target, res, args, kwargs, checked):
         return
     margs = tuple(meta_arg(a) for a in args)
     mkw = {k: meta_arg(v) for k, v in kwargs.items()}
+    # the meta kernels let `long_t *= 0.0` through, and word what they refuse their
+    # own way; eager's kernel, on stand-ins of the same dtypes, decides and words it
     try:
         func(*margs, **mkw)
     except RuntimeError as e:
-        raise RuntimeError(f"{e}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
+        err = checks.eager_error(func, margs, mkw, real=True) or e
+    else:
+        err = checks.eager_error(func, margs, mkw)
+    if err is not None:
+        raise type(err)(f"{err}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
     checked.add(key)
 
 

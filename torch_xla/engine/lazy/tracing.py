@@ -7,6 +7,7 @@ shapes), work out output shapes with PyTorch's meta kernels, build the
 argument template the lowering will be called with, and check the lowering
 abstractly with jax.eval_shape so that errors surface at the user's line.
 """
+import math
 
 import jax
 import numpy as np
@@ -109,7 +110,8 @@ def _walk(a, key, ops, hs, scalar, fdt=None):
             ops.append(v)
             hs.append(v[0].hash)
         else:
-            key.append((t, a))
+            # -0.0 == 0.0 with one hash: the key keeps the sign (1 / -0.0 is -inf)
+            key.append((t, a) if a or t is not float else (t, a, math.copysign(1.0, a)))
     elif t is list or t is tuple:
         key.append(t)
         key.append(len(a))

@@ -26,6 +26,7 @@ from jax import lax
 from ..base.dtypes import to_jax
 from ..base.frames import where
 from ..ir import node as ir
+from ..ops.numerics import cast
 from ..ops.registry import lower
 from . import state
 from .state import Base, View, apply_step, value_of
@@ -299,7 +300,7 @@ def _convert_lowering(x, *, shape, dtype):
     target = to_jax(dtype)
     if jnp.iscomplexobj(x) and not jnp.issubdtype(target, jnp.complexfloating):
         x = jnp.real(x)   # PyTorch keeps the real part (with its own warning); JAX's cast is deprecated
-    return jnp.broadcast_to(x.astype(target), shape)
+    return jnp.broadcast_to(cast(x, target), shape)
 
 
 _CONVERT = OpInfo("_to_copy", None, _convert_lowering, meta=_convert_meta)

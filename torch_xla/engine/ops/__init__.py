@@ -23,3 +23,5 @@ from . import elementwise, reductions, shape_ops, nn, linalg, factories  # noqa:
 from . import collectives  # noqa: F401
 from . import resample, fft  # noqa: F401
 from . import rnn  # noqa: F401
+from . import checks  # noqa: E402
+checks.install_probes(registry.META)   # after the rule modules' own meta functions

@@ -61,6 +61,13 @@ def _norm_dim(d, rank):
     return d + rank if d < 0 else d
 
 
+def _dim_ok(d, rank):
+    """Whether dim d is in range for a tensor of `rank` dims (a 0-d tensor takes -1
+    and 0); out of range, eager's IndexError is the error, not a check's message."""
+    r = max(rank, 1)
+    return -r <= d < r
+
+
 # ---------------------------------------------------------------------------
 # broadcasting
 
@@ -126,6 +133,8 @@ def _full(args, kwargs):
 @check("gather")
 def _gather(args, kwargs):
     x, dim, index = args[0], _arg(args, kwargs, 1, "dim"), _arg(args, kwargs, 2, "index")
+    if not _dim_ok(dim, x.dim()):
+        return None
     if x.dim() != index.dim():
         return (f"gather(): expected rank of input ({x.dim()}) and index ({index.dim()}) tensors "
                 f"to be the same.")
@@ -174,7 +183,7 @@ def _cat(args, kwargs):
     ts = list(_arg(args, kwargs, 0, "tensors", []))
     dim = _arg(args, kwargs, 1, "dim", 0)
     ref = next((t for t in ts if not (t.dim() == 1 and t.shape[0] == 0)), None)
-    if ref is None:
+    if ref is None or not _dim_ok(dim, ref.dim()):
         return None
     d = _norm_dim(dim, ref.dim())
     for t in ts:
@@ -335,3 +344,143 @@ def _arange(args, kwargs):
     if any(isinstance(v, float) and v != v for v in nums):
         return f"unsupported range: {' -> '.join(str(v) for v in nums[:2])}"
     return None
+
+
+# ---------------------------------------------------------------------------
+# eager's own dtype checks
+#
+# PyTorch's meta kernels skip checks its CPU kernels make: sub with a bool,
+# var/std of integers, argmax/argmin/relu of bool, mm of two dtypes, index_put
+# of another dtype; and give pow(bool_t, True) int64 where eager gives bool. Some
+# refuse in other words than eager ("mean(): could not infer output dtype" for
+# var_mean of integers) or with a bug of their own (index_select's out-of-range
+# dim: "list assignment index out of range"). For the ops PROBED names, the meta
+# function (run by tracing on a memo miss, so a traced call pays nothing) also
+# runs the op in eager on CPU stand-ins: tensors of the same dtypes and ranks
+# holding one element `fill` per non-empty dim (so shapes broadcast, dims stay in
+# range and index stand-ins 0 are valid). What eager raises is raised, its type and message;
+# eager's result dtypes replace the meta kernel's. Where the meta kernel refuses
+# first, eager's words replace its own when the arguments are small enough to
+# stand in at their real shapes (the error may be about them).
+
+PROBED = {
+    # elementwise arithmetic (bool operands, integer powers, result types)
+    "sub": 1, "rsub": 1, "pow": 1, "float_power": 1,
+    # reductions that refuse dtypes (var and std over two elements: one would make eager
+    # warn about the degrees of freedom, a warning torch delivers after we return)
+    "var": (1, 2), "std": (1, 2), "var_mean": (1, 2), "std_mean": (1, 2), "argmax": 1, "argmin": 1,
+    "relu": 1,
+    # matrix products of two dtypes
+    "mm": 1, "bmm": 1, "addmm": 1, "addbmm": 1, "baddbmm": 1, "addmv": 1, "mv": 1, "dot": 1, "vdot": 1,
+    # indexed writes: the source's dtype must be the destination's (indices 0)
+    "index_put": 0, "_index_put_impl": 0, "_unsafe_index_put": 0,
+    # meta kernels that take any dim (eager's IndexError, DimensionError here) or
+    # check in another order than eager
+    "sort": 1, "cummax": 1, "cummin": 1, "index_select": 0, "index_reduce": 0, "cat": 1,
+}
+
+
+_REAL_SHAPES_MAX = 1 << 16   # elements per argument that stand in at their real shape
+
+
+def _stand_in(a, fill, real):
+    if isinstance(a, torch.Tensor) and a.device.type in ("meta", "xla"):
+        fill, size = fill if isinstance(fill, tuple) else (fill, 1)
+        # empty dims stay empty (cat skips a legacy 1-d empty tensor; [0] broadcasts as [0])
+        shape = tuple(a.shape) if real else tuple(0 if d == 0 else size for d in a.shape)
+        return torch.full(shape, fill, dtype=a.dtype)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_stand_in(x, fill, real) for x in a)
+    return a
+
+
+# dtypes eager's CPU kernels cover only in part ("add_stub" not implemented for
+# 'UInt32'): no eager answer to take, so no probe
+_PARTIAL = frozenset(getattr(torch, n) for n in (
+    "uint16", "uint32", "uint64", "complex32", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, n))
+
+
+def _partial(a):
+    if isinstance(a, torch.Tensor):
+        return a.dtype in _PARTIAL
+    if isinstance(a, (list, tuple)):
+        return any(_partial(x) for x in a)
+    return False
+
+
+def _small(a):
+    if isinstance(a, torch.Tensor):
+        return a.numel() <= _REAL_SHAPES_MAX
+    if isinstance(a, (list, tuple)):
+        return all(_small(x) for x in a)
+    return True
+
+
+def probe(op, args, kwargs, fill=1, real=False):
+    """Run aten `op` in eager on CPU stand-ins of its (meta or XLA) tensor
+    arguments (one element per dim, or `real` shapes); eager's exception
+    propagates. Returns eager's result (None for dtypes eager's CPU kernels
+    cover only in part). `fill`: the stand-ins' value, or
+    (value, size per dim)."""
+    import warnings
+    if _partial(args) or _partial(list((kwargs or {}).values())):
+        return None
+    sargs = tuple(_stand_in(a, fill, real) for a in args)
+    skw = {k: _stand_in(v, fill, real) for k, v in (kwargs or {}).items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # var of one element: eager's dof warning
+        return op(*sargs, **skw)
+
+
+def eager_error(op, args, kwargs, fill=1, real=False):
+    """The exception eager raises for `op` on stand-ins of args, or None; with
+    `real`, None also where an argument is too large to stand in at its shape."""
+    if real and not (_small(args) and _small(list((kwargs or {}).values()))):
+        return None
+    try:
+        probe(op, args, kwargs, fill, real)
+    except Exception as e:  # noqa: BLE001  (whatever eager raises is the answer)
+        return e
+    return None
+
+
+def _eager_dtypes(out, eager):
+    """The meta result `out` with the dtypes of eager's result where they differ."""
+    if eager is None:
+        return out
+    if isinstance(out, torch.Tensor) and isinstance(eager, torch.Tensor):
+        if out.dtype == eager.dtype:
+            return out
+        return torch.empty(out.shape, dtype=eager.dtype, device=out.device)
+    if isinstance(out, (list, tuple)) and isinstance(eager, (list, tuple)) and len(out) == len(eager):
+        return type(out)(_eager_dtypes(o, e) for o, e in zip(out, eager))
+    return out
+
+
+def _probed_meta(op, inner, fill):
+    def meta_fn(*args, **kwargs):
+        try:
+            out = inner(*args, **kwargs) if inner is not None else op(*args, **kwargs)
+        except Exception:
+            err = eager_error(op, args, kwargs, fill, real=True)
+            if err is not None:
+                raise err from None   # eager's words for what the meta kernel refused
+            raise
+        return _eager_dtypes(out, probe(op, args, kwargs, fill))
+    return meta_fn
+
+
+def install_probes(meta_table):
+    """Register the probing meta functions of PROBED's functional overloads in
+    `meta_table` (registry.META), around any meta function already there."""
+    for name, fill in PROBED.items():
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        for ov in packet.overloads():
+            op = getattr(packet, ov)
+            if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+                continue   # in-place and out= run their functional twin
+            inner = meta_table.get(op) or meta_table.get(packet)
+            meta_table[op] = _probed_meta(op, inner, fill)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..base.dtypes import to_jax
+from . import numerics as nx
 from .registry import ctx, lower, vjp_of
 
 
@@ -22,10 +23,7 @@ def _cd():
     return to_jax(c) if c is not None else None
 
 
-def _as(x, dt):
-    if isinstance(x, (int, float, bool, complex)):
-        return jnp.asarray(x, dt)
-    return x if x.dtype == dt else x.astype(dt)
+_as = nx.cast   # bool -> number by a select: XLA's simplifier would make 0 * inf of a convert 0
 
 
 def _is_float(dt):
@@ -43,22 +41,39 @@ def _wide(x):
 
 # -- arithmetic -------------------------------------------------------------
 
+def _operands(a, b):
+    """(a, b, dt, ct): the operands of a binary arithmetic op in ct, the dtype eager
+    computes it in; dt is the output dtype. Half outputs compute in float32 and
+    round once (opmath); a one-element second operand keeps its own precision
+    there, as eager's CPU kernels read it unrounded (TensorIterator's
+    original_scalar_value: `f16_t / 3.3` divides by 3.3, not by f16(3.3))."""
+    dt = _od()
+    if dt not in nx.HALF:
+        return _as(a, dt), _as(b, dt), dt, dt
+    ct = jnp.dtype(jnp.float32)
+    a = _as(_as(a, dt), ct)
+    b = _as(b, ct) if isinstance(b, (int, float, bool)) or b.size == 1 else _as(_as(b, dt), ct)
+    return a, b, dt, ct
+
+
+def _scaled(b, alpha, dt, ct):
+    if isinstance(alpha, (int, float)) and alpha == 1:
+        return b
+    return b * _as(_as(alpha, dt), ct)   # eager rounds alpha to the tensors' dtype
+
+
 @lower("add.Tensor", "add.Scalar")
 def _add(a, b, alpha=1):
-    dt = _od()
-    a, b = _as(a, dt), _as(b, dt)
-    if not (isinstance(alpha, (int, float)) and alpha == 1):
-        b = b * _as(alpha, dt)
-    return a + b if dt != jnp.bool_ else a | b
+    a, b, dt, ct = _operands(a, b)
+    if dt == jnp.bool_:
+        return a | (b & _as(alpha, dt))
+    return _as(a + _scaled(b, alpha, dt, ct), dt)
 
 
 @lower("sub.Tensor", "sub.Scalar")
 def _sub(a, b, alpha=1):
-    dt = _od()
-    a, b = _as(a, dt), _as(b, dt)
-    if not (isinstance(alpha, (int, float)) and alpha == 1):
-        b = b * _as(alpha, dt)
-    return a - b
+    a, b, dt, ct = _operands(a, b)
+    return _as(a - _scaled(b, alpha, dt, ct), dt)
 
 
 @lower("rsub.Tensor", "rsub.Scalar")
@@ -68,31 +83,40 @@ def _rsub(a, b, alpha=1):
 
 @lower("mul.Tensor", "mul.Scalar")
 def _mul(a, b):
-    dt = _od()
+    a, b, dt, _ = _operands(a, b)
     if dt == jnp.bool_:
-        return _as(a, dt) & _as(b, dt)
-    return _as(a, dt) * _as(b, dt)
+        return a & b
+    return _as(a * b, dt)
+
+
+def _quotient(a, b, fn, half_steps=False):
+    """fn(a, b) rounded to the output dtype. Half types: in float32 (eager's opmath)
+    for true division and wherever the divisor is one element; eager's floor and
+    trunc division of two half tensors round every step to the half type
+    (`half_steps`)."""
+    dt = _od()
+    if half_steps and dt in nx.HALF and not (isinstance(b, (int, float, bool)) or b.size == 1):
+        return fn(_as(a, dt), _as(b, dt))
+    a, b, dt, _ = _operands(a, b)
+    return _as(fn(a, b), dt)
 
 
 @lower("div.Tensor", "div.Scalar", "true_divide.Tensor", "true_divide.Scalar")
 def _div(a, b):
-    dt = _od()
-    return _as(a, dt) / _as(b, dt)
+    return _quotient(a, b, nx.true_divide)
 
 
 @lower("div.Tensor_mode", "div.Scalar_mode")
 def _div_mode(a, b, rounding_mode=None):
     dt = _od()
     if rounding_mode is None:
-        return _as(a, dt) / _as(b, dt)
+        return _div(a, b)
+    if _is_float(dt):
+        return _quotient(a, b, nx.trunc_divide if rounding_mode == "trunc" else nx.floor_divide, half_steps=True)
     a, b = _as(a, dt), _as(b, dt)
     if rounding_mode == "trunc":
-        if _is_float(dt):
-            return jnp.trunc(a / b)
         a, b = jnp.broadcast_arrays(a, b)   # lax.div does not broadcast
         return lax.div(a, b)
-    if _is_float(dt):
-        return jnp.floor(a / b)
     return jnp.floor_divide(a, b)
 
 
@@ -101,11 +125,24 @@ def _floor_divide(a, b):
     return _div_mode(a, b, "floor")
 
 
+def _pow_by_squaring(a, e):
+    """a ** e for integers, e >= 0, by squaring over every bit of e: products wrap
+    modulo 2**bits as eager's loop's do (2 ** 64 == 0 in int64). jnp.power stops
+    after six bits of the exponent (2 ** 64 gave 1)."""
+    acc = jnp.ones(jnp.broadcast_shapes(a.shape, e.shape), a.dtype)
+    one = jnp.ones((), e.dtype)
+    for _ in range(jnp.iinfo(e.dtype).bits):
+        acc = jnp.where((e & one) == one, acc * a, acc)
+        a = a * a
+        e = e >> one
+    return acc
+
+
 def _int_pow(a, b):
     """Integer power as PyTorch computes it: negative exponents give 0 unless
     the base is 1 or -1."""
     b = jnp.asarray(b, a.dtype) if isinstance(b, (int, bool)) else b
-    pos = jnp.power(a, jnp.maximum(b, 0))
+    pos = _pow_by_squaring(a, jnp.maximum(b, 0))
     if a.dtype == jnp.bool_ or jnp.issubdtype(a.dtype, jnp.unsignedinteger):
         return pos
     one = jnp.ones((), a.dtype)
@@ -120,6 +157,13 @@ def _int_pow(a, b):
 @lower("pow.Tensor_Tensor", "pow.Scalar")
 def _pow(a, b):
     dt = _od()
+    if dt in nx.HALF:   # eager: in float32, rounded once (x ** 3 is two products)
+        ct = jnp.dtype(jnp.float32)
+        a = _as(_as(a, dt), ct)
+        if isinstance(b, int) and not isinstance(b, bool):
+            return _as(lax.integer_pow(a, b), dt)
+        b = _as(b, ct) if isinstance(b, (int, float, bool)) or b.size == 1 else _as(_as(b, dt), ct)
+        return _as(jnp.power(a, b), dt)
     if isinstance(b, int) and not isinstance(b, bool) and (b >= 0 or _is_float(dt)):
         return lax.integer_pow(_as(a, dt), b)
     a, b = _as(a, dt), _as(b, dt)
@@ -130,30 +174,47 @@ def _pow(a, b):
     return jnp.power(a, b)
 
 
+def _in_opmath(*xs):
+    """xs in the output dtype, then in the dtype eager computes it in (float32 for
+    the half types); -> (values..., output dtype, compute dtype)."""
+    dt = _od()
+    ct = nx.opmath_dtype(dt)
+    return tuple(_as(_as(x, dt), ct) for x in xs) + (dt, ct)
+
+
 @lower("lerp.Scalar", "lerp.Tensor")
 def _lerp(a, b, w):
-    dt = _od()
-    a, b, w = _as(a, dt), _as(b, dt), _as(w, dt)
-    return a + w * (b - a)
+    # eager's formula: from the nearer end, so that w == 1 gives b exactly; a Python
+    # weight at its own precision (lerp.Tensor's weight has the tensors' dtype)
+    a, b, dt, ct = _in_opmath(a, b)
+    w = _as(w, ct)
+    small = jnp.abs(w) < 0.5
+    one = jnp.ones((), w.dtype)
+    return _as(jnp.where(small, a + w * (b - a), b - (b - a) * (one - w)), dt)
 
 
 @lower("addcmul")
 def _addcmul(x, t1, t2, value=1):
-    dt = _od()
-    return _as(x, dt) + _as(value, dt) * _as(t1, dt) * _as(t2, dt)
+    x, t1, t2, dt, ct = _in_opmath(x, t1, t2)
+    return _as(x + _as(value, ct) * t1 * t2, dt)
 
 
 @lower("addcdiv")
 def _addcdiv(x, t1, t2, value=1):
-    dt = _od()
-    return _as(x, dt) + _as(value, dt) * (_as(t1, dt) / _as(t2, dt))
+    x, t1, t2, dt, ct = _in_opmath(x, t1, t2)
+    return _as(x + _as(value, ct) * nx.true_divide(t1, t2), dt)
 
 
 # -- bitwise / logical -------------------------------------------------------
 
-def _binary_same(fn):
+def _binary_same(fn, opmath=False):
+    """fn on both operands cast to the output dtype; `opmath`: half types computed in
+    float32 and rounded once, as eager does for functions that are not exact."""
     def rule(a, b):
         dt = _od()
+        if opmath and dt in nx.HALF:
+            a, b, dt, ct = _in_opmath(a, b)
+            return _as(fn(a, b), dt)
         return fn(_as(a, dt), _as(b, dt))
     return rule
 
@@ -182,10 +243,10 @@ def _truthy(x):
     return x != 0 if x.dtype != jnp.bool_ else x
 
 
-lower("logical_and")(lambda a, b: (_truthy(a) & _truthy(b)).astype(_od()))
-lower("logical_or")(lambda a, b: (_truthy(a) | _truthy(b)).astype(_od()))
-lower("logical_xor")(lambda a, b: (_truthy(a) ^ _truthy(b)).astype(_od()))
-lower("logical_not")(lambda a: (~_truthy(a)).astype(_od()))
+lower("logical_and")(lambda a, b: _as(_truthy(a) & _truthy(b), _od()))
+lower("logical_or")(lambda a, b: _as(_truthy(a) | _truthy(b), _od()))
+lower("logical_xor")(lambda a, b: _as(_truthy(a) ^ _truthy(b), _od()))
+lower("logical_not")(lambda a: _as(~_truthy(a), _od()))
 lower("bitwise_not")(lambda a: jnp.invert(a) if a.dtype != jnp.bool_ else ~a)
 
 
@@ -220,7 +281,7 @@ def _unary(fn, float_only=True, exact=False):
         if not exact and dt in _HALF:
             # eager computes half-precision math in float32 and rounds once; JAX would
             # round after every step of a decomposed function (acos, sigmoid, i0, ...)
-            return fn(_as(x, jnp.float32)).astype(dt)
+            return _as(fn(_as(_as(x, dt), jnp.float32)), dt)
         return fn(_as(x, dt))
     return rule
 
@@ -267,8 +328,9 @@ def _sign(x):
 
 
 @lower("digamma")
+@nx.opmath
 def _digamma(x):
-    dt = _od()
+    dt = nx.opmath_dtype(_od())
     x = _as(x, dt)
     # PyTorch: -inf at 0 (JAX gives NaN there), NaN at negative integers
     inf = jnp.asarray(jnp.inf, dt)
@@ -347,6 +409,7 @@ def _sgn(x):
 
 
 @lower("round", "round.decimals")
+@nx.opmath
 def _round(x, decimals=0):
     if not _is_float(x.dtype):
         return x
@@ -354,6 +417,7 @@ def _round(x, decimals=0):
 
 
 @lower("gelu")
+@nx.opmath
 def _gelu(x, approximate="none"):
     if approximate == "tanh":
         return jax.nn.gelu(x, approximate=True)
@@ -361,27 +425,32 @@ def _gelu(x, approximate="none"):
 
 
 @lower("gelu_backward")
+@nx.opmath
 def _gelu_backward(grad, x, approximate="none"):
     return vjp_of(lambda y: _gelu(y, approximate), (x,), grad)[0]
 
 
 @lower("leaky_relu")
+@nx.opmath
 def _leaky_relu(x, negative_slope=0.01):
     return jnp.where(x > 0, x, x * _as(negative_slope, x.dtype))
 
 
 @lower("elu")
+@nx.opmath
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     dt = x.dtype
     return jnp.where(x > 0, x * _as(scale, dt), _as(alpha, dt) * _as(scale, dt) * jnp.expm1(x * _as(input_scale, dt)))
 
 
 @lower("celu")
+@nx.opmath
 def _celu(x, alpha=1.0):
     return jax.nn.celu(x, alpha)
 
 
 @lower("softplus")
+@nx.opmath
 def _softplus(x, beta=1, threshold=20):
     dt = x.dtype
     bx = x * _as(beta, dt)
@@ -403,7 +472,7 @@ def _threshold_backward(grad, x, threshold):
     return jnp.where(x <= _as(threshold, x.dtype), jnp.zeros((), grad.dtype), grad)
 
 
-@lower("logit")
+@lower("logit")   # in the input's type: eager's half kernel rounds x / (1 - x) before the log
 def _logit(x, eps=None):
     if eps is not None:
         x = jnp.clip(x, eps, 1 - eps)
@@ -526,7 +595,8 @@ _sp = jax.scipy.special
 def _float_unary(fn):
     def rule(x):
         dt = _od()
-        return fn(_as(x, dt)).astype(dt)
+        ct = nx.opmath_dtype(dt)
+        return fn(_as(_as(x, dt), ct)).astype(dt)
     return rule
 
 
@@ -540,8 +610,9 @@ for _n, _fn in (("special_i0e", _sp.i0e), ("special_i1", _sp.i1), ("special_i1e"
 
 
 @lower("polygamma")
+@nx.opmath
 def _polygamma(n, x):
-    dt = _od()
+    dt = nx.opmath_dtype(_od())
     x = _as(x, dt)
     if n == 0:
         return _digamma(x)
@@ -566,8 +637,9 @@ def _frexp(x):
 
 
 @lower("mvlgamma")
+@nx.opmath
 def _mvlgamma(x, p):
-    dt = _od()
+    dt = nx.opmath_dtype(_od())
     return _sp.multigammaln(_as(x, dt), p).astype(dt)
 
 
@@ -587,21 +659,26 @@ def _hardshrink_backward(grad, x, lambd):
 for _names, _fn in (
     (("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor",), jnp.remainder),
     (("fmod.Tensor", "fmod.Scalar",), jnp.fmod),
-    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), jnp.power),
-    (("atan2", "arctan2",), jnp.arctan2),
-    (("hypot",), jnp.hypot),
     (("maximum",), jnp.maximum),
     (("minimum",), jnp.minimum),
     (("fmax",), jnp.fmax),
     (("fmin",), jnp.fmin),
     (("copysign.Tensor", "copysign.Scalar",), jnp.copysign),
-    (("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other",), jax.scipy.special.xlogy),
     (("clamp_min", "clamp_min.Tensor",), jnp.maximum),
     (("clamp_max", "clamp_max.Tensor",), jnp.minimum),
-    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), lambda a, b: _zeta(a, b)),
-    (("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar",), _sp.xlog1py),
-    (("igamma",), _sp.gammainc),
-    (("igammac",), _sp.gammaincc),
     (("nextafter",), jnp.nextafter),
+    # eager rounds log(y) to the half type before the product
+    (("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other",), jax.scipy.special.xlogy),
+    (("special_xlog1py", "special_xlog1py.other_scalar", "special_xlog1py.self_scalar",), _sp.xlog1py),
 ):
     lower(*_names)(_binary_same(_fn))
+# not exact in the output precision: half types in float32, rounded once
+for _names, _fn in (
+    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), jnp.power),
+    (("atan2", "arctan2",), jnp.arctan2),
+    (("hypot",), jnp.hypot),
+    (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), lambda a, b: _zeta(a, b)),
+    (("igamma",), _sp.gammainc),
+    (("igammac",), _sp.gammaincc),
+):
+    lower(*_names)(_binary_same(_fn, opmath=True))

@@ -4,7 +4,9 @@ Shapes and dtypes come from PyTorch's meta kernels (ctx.entry.out_avals).
 `empty*` gives zeros: XLA has no uninitialised memory, and zeros are free.
 """
 import jax.numpy as jnp
+from jax import lax
 
+from .numerics import cast
 from .registry import ctx, lower
 
 
@@ -79,7 +81,8 @@ def _logspace(start, end, steps, base=10.0, **kwargs):
 @lower("eye", "eye.m")
 def _eye(n, m=None, **kwargs):
     r, c = _os()
-    return jnp.eye(r, c, dtype=_od())
+    # a select, not jnp.eye's convert of the diagonal mask (numerics.cast)
+    return cast(lax.broadcasted_iota(jnp.int64, (r, c), 0) == lax.broadcasted_iota(jnp.int64, (r, c), 1), _od())
 
 
 @lower("tril_indices", "triu_indices")

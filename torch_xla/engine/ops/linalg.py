@@ -2,6 +2,7 @@
 import jax.numpy as jnp
 from jax import lax
 
+from .numerics import cast
 from .registry import ctx, lower, vjp_of
 
 
@@ -14,9 +15,10 @@ def _prec(dt):
     return lax.Precision.HIGHEST if dt == jnp.float32 else None
 
 
-def _mm(a, b):
+def _mm(a, b, acc=None):
+    """acc: the result's dtype (the unrounded accumulation), None: the output dtype."""
     dt = _od()
-    return jnp.matmul(a.astype(dt), b.astype(dt), precision=_prec(dt))
+    return jnp.matmul(a.astype(dt), b.astype(dt), precision=_prec(dt), preferred_element_type=acc)
 
 
 lower("mm", "bmm", "matmul", "dot", "mv", "vdot", "inner")(lambda a, b: _mm(a, b) if a.ndim and b.ndim else a * b)
@@ -34,19 +36,27 @@ def _scaled_sum(prod, bias, beta, alpha, dt):
     return out + (bias.astype(dt) if _is(beta, 1) else bias.astype(dt) * jnp.asarray(beta, dt))
 
 
+def _acc(dt):
+    """Half types: products and the bias sum in float32, rounded once (eager's
+    fused bias)."""
+    return jnp.dtype(jnp.float32) if dt in (jnp.bfloat16, jnp.float16) else None
+
+
 @lower("addmm", "addmv", "addbmm")
 def _addmm(bias, a, b, beta=1, alpha=1):
     dt = _od()
-    prod = _mm(a, b)
+    acc = _acc(dt)
+    prod = _mm(a, b, acc)
     if prod.ndim == 3:
         prod = prod.sum(0)
-    return _scaled_sum(prod, bias, beta, alpha, dt)
+    return _scaled_sum(prod, bias, beta, alpha, acc or dt).astype(dt)
 
 
 @lower("baddbmm")
 def _baddbmm(bias, a, b, beta=1, alpha=1):
     dt = _od()
-    return _scaled_sum(_mm(a, b), bias, beta, alpha, dt)
+    acc = _acc(dt)
+    return _scaled_sum(_mm(a, b, acc), bias, beta, alpha, acc or dt).astype(dt)
 
 
 @lower("addr")
@@ -211,7 +221,7 @@ def _cdist_backward(grad, x1, x2, p, cdist):
         diff = x1[..., :, None, :] - x2[..., None, :, :]
         w = jnp.sign(diff)
         if p != 1.0:  # every coordinate that attains the max, no splitting
-            w = w * (jnp.abs(diff) == cdist[..., None]).astype(diff.dtype)
+            w = w * cast(jnp.abs(diff) == cdist[..., None], diff.dtype)
         return jnp.sum(grad[..., None].astype(x1.dtype) * w, axis=-2)
     return vjp_of(lambda a: _cdist(a, x2, p), (x1,), grad)[0]
 

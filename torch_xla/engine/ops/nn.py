@@ -7,6 +7,8 @@ import numpy as np
 import torch
 from jax import lax
 
+from . import numerics as nx
+from .numerics import cast
 from .registry import ctx, lower, meta, vjp_of
 
 
@@ -29,17 +31,19 @@ def _dn(nd):
     return ("NC" + sp, "OI" + sp, "NC" + sp)
 
 
-def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
+def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc=None):
+    """acc: the dtype of the result (the accumulation's, unrounded), None: x's."""
     nd = x.ndim - 2
     stride = list(stride) * (nd if len(stride) == 1 else 1)
     dilation = list(dilation) * (nd if len(dilation) == 1 else 1)
     padding = list(padding) * (nd if len(padding) == 1 else 1)
     if not transposed and groups == 1 and all(k == 1 for k in w.shape[2:]) and not any(padding):
-        return _pointwise_conv(x, w, stride)
+        return _pointwise_conv(x, w, stride, acc)
     if not transposed:
         return lax.conv_general_dilated(
             x, w, window_strides=stride, padding=[(p, p) for p in padding], rhs_dilation=dilation,
-            dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype))
+            dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype),
+            preferred_element_type=acc)
     output_padding = list(output_padding) * (nd if len(output_padding) == 1 else 1)
     # weight (in, out/g, *k) -> (out, in/g, *k), spatially flipped
     cin = w.shape[0]
@@ -51,17 +55,19 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
             for i in range(nd)]
     return lax.conv_general_dilated(
         x, w, window_strides=[1] * nd, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
-        dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype))
+        dimension_numbers=_dn(nd), feature_group_count=groups, precision=_prec(x.dtype),
+        preferred_element_type=acc)
 
 
-def _pointwise_conv(x, w, stride):
+def _pointwise_conv(x, w, stride, acc=None):
     """A 1x1 convolution (no padding, one group) as the matmul it is: XLA:CPU's
     convolution kernels, above all the weight gradient, run several times slower
     than its dot on the same shapes. Dilation does not matter for a 1x1 kernel; a
     stride keeps every s-th position."""
     if any(s != 1 for s in stride):
         x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)]
-    y = lax.dot_general(x, w.reshape(w.shape[:2]), (((1,), (1,)), ((), ())), precision=_prec(x.dtype))
+    y = lax.dot_general(x, w.reshape(w.shape[:2]), (((1,), (1,)), ((), ())), precision=_prec(x.dtype),
+                        preferred_element_type=acc)
     return jnp.moveaxis(y, -1, 1)   # (N, *sp, O) -> (N, O, *sp)
 
 
@@ -71,10 +77,13 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     x, w = x.astype(dt), w.astype(dt)
     if isinstance(padding, str):
         raise NotImplementedError("string padding reaches aten as numbers")
-    y = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
-    if bias is not None:
-        y = y + bias.astype(dt).reshape((1, -1) + (1,) * (y.ndim - 2))
-    return y
+    if bias is None:
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
+    # half types: the bias joins the float32 accumulation and the sum rounds once, as
+    # eager's fused bias does (two roundings moved bf16 gradients by 10%)
+    acc = jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else None
+    y = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups, acc)
+    return (y + bias.astype(y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))).astype(dt)
 
 
 @lower("convolution_backward")
@@ -233,8 +242,8 @@ def _avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_
     strides = (1,) * lead + tuple(stride)
     allpads = [(0, 0)] * lead + pads
     s = lax.reduce_window(x, np.array(0, dtype=x.dtype), lax.add, win, strides, allpads)
-    if divisor_override:
-        return s / jnp.asarray(divisor_override, x.dtype)
+    if divisor_override:   # true quotients, as eager's (XLA would multiply by 1 / constant)
+        return nx.true_divide(s, jnp.asarray(divisor_override, x.dtype), opaque=True)
     if count_include_pad:
         ones = np.pad(np.ones(sp, np.float32), [(p, p) for p in padding], constant_values=1)
         extra = [(0, max(hi - p, 0)) for (p, hi), p in zip(pads, padding)]
@@ -243,7 +252,7 @@ def _avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_
     else:
         ones = jnp.ones(sp, jnp.float32)
         cnt = lax.reduce_window(ones, 0.0, lax.add, tuple(kernel), tuple(stride), pads)
-    return s / cnt.astype(x.dtype)
+    return nx.true_divide(s, cnt.astype(x.dtype), opaque=True)
 
 
 def _avg_pool_nd(nd):
@@ -264,11 +273,12 @@ def _avg_pool_nd_bwd(nd):
     return rule
 
 
-lower("avg_pool2d")(_avg_pool_nd(2))
-lower("avg_pool3d")(_avg_pool_nd(3))
-lower("avg_pool1d")(_avg_pool_nd(1))
-lower("avg_pool2d_backward")(_avg_pool_nd_bwd(2))
-lower("avg_pool3d_backward")(_avg_pool_nd_bwd(3))
+# half types: eager sums a window in float32 and rounds the average once
+lower("avg_pool2d")(nx.opmath(_avg_pool_nd(2)))
+lower("avg_pool3d")(nx.opmath(_avg_pool_nd(3)))
+lower("avg_pool1d")(nx.opmath(_avg_pool_nd(1)))
+lower("avg_pool2d_backward")(nx.opmath(_avg_pool_nd_bwd(2)))
+lower("avg_pool3d_backward")(nx.opmath(_avg_pool_nd_bwd(3)))
 
 
 def _adaptive_matrix(n, o):
@@ -299,12 +309,14 @@ def _adaptive_avg(x, out_sp):
 
 @lower("_adaptive_avg_pool2d", "adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_avg_pool1d",
        "adaptive_avg_pool3d")
+@nx.opmath
 def _adaptive_avg_pool(x, output_size):
     nd = len(output_size)
     return _adaptive_avg(x, _os(0)[-nd:])
 
 
 @lower("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward")
+@nx.opmath
 def _adaptive_avg_pool_bwd(grad, x):
     nd = 2 if ctx.entry.name.startswith("_adaptive_avg_pool2d") else 3
     return vjp_of(lambda y: _adaptive_avg(y, grad.shape[-nd:]), (x,), grad)[0]
@@ -465,10 +477,11 @@ def _native_group_norm_backward(grad, x, mean, rstd, w, N, C, HxW, group, output
 # -- losses ------------------------------------------------------------------
 
 def _reduce(loss, reduction):
+    # a half-precision loss is reduced in float32 and rounded once, as eager's mean / sum
     if reduction == 1:
-        return jnp.mean(loss)
+        return jnp.mean(nx.up(loss)).astype(loss.dtype)
     if reduction == 2:
-        return jnp.sum(loss)
+        return jnp.sum(nx.up(loss)).astype(loss.dtype)
     return loss
 
 
@@ -690,4 +703,4 @@ def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
 def _native_dropout_backward(grad, mask, scale):
     # one op (upstream's xla::native_dropout_backward), not a decomposed mul chain
     dt = _od()
-    return grad.astype(dt) * mask.astype(dt) * jnp.asarray(scale, dt)
+    return grad.astype(dt) * cast(mask, dt) * jnp.asarray(scale, dt)

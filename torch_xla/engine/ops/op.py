@@ -3,6 +3,7 @@ op), OpEntry (per op at one set of avals and static arguments), and running
 an entry's rule on JAX values."""
 from ..base.dtypes import to_jax
 from .context import ctx
+from .numerics import cast
 
 
 class Slot:
@@ -103,5 +104,5 @@ def apply_entry(e, arrays):
             else:
                 outs.append(o)
     if e.cast is not None:
-        outs = [o.astype(d) if d is not None else o for o, d in zip(outs, e.cast)]
+        outs = [cast(o, d) if d is not None else o for o, d in zip(outs, e.cast)]
     return outs

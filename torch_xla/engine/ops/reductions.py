@@ -3,12 +3,20 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
+from torch._prims_common import canonicalize_dim
 
+from . import numerics as nx
 from .registry import ctx, lower, meta
 
 
 def _od(i=0):
     return ctx.entry.out_dtype(i)
+
+
+def _ct(i=0):
+    """The dtype eager computes output i in: float32 for float16 / bfloat16 outputs
+    (eager accumulates and evaluates half types in float32 and rounds once)."""
+    return nx.opmath_dtype(ctx.entry.out_dtype(i))
 
 
 def _dims(x, dim):
@@ -23,20 +31,18 @@ def _dims(x, dim):
 
 @lower("sum", "sum.dim_IntList")
 def _sum(x, dim=None, keepdim=False, *, dtype=None):
-    dt = _od()
-    return jnp.sum(x.astype(dt), axis=_dims(x, dim), keepdims=keepdim)
+    return jnp.sum(nx.cast(x, _od()).astype(_ct()), axis=_dims(x, dim), keepdims=keepdim).astype(_od())
 
 
 @lower("mean", "mean.dim")
 def _mean(x, dim=None, keepdim=False, *, dtype=None):
-    dt = _od()
-    return jnp.mean(x.astype(dt), axis=_dims(x, dim), keepdims=keepdim)
+    return jnp.mean(nx.cast(x, _od()).astype(_ct()), axis=_dims(x, dim), keepdims=keepdim).astype(_od())
 
 
 @lower("prod", "prod.dim_int")
 def _prod(x, dim=None, keepdim=False, *, dtype=None):
-    dt = _od()
-    return jnp.prod(x.astype(dt), axis=_dims(x, dim), keepdims=keepdim)
+    # in the output dtype: eager's product of half values rounds at every step too
+    return jnp.prod(nx.cast(x, _od()), axis=_dims(x, dim), keepdims=keepdim)
 
 
 @lower("amax")
@@ -135,19 +141,20 @@ def _correction(correction, unbiased):
 def _var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.var(x, axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(_od())
+    return jnp.var(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(_od())
 
 
 @lower("std.correction", "std.dim", "std")
 def _std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.std(x, axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(_od())
+    return jnp.std(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(_od())
 
 
 @lower("var_mean.correction")
 def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     ax = _dims(x, dim)
+    x = nx.up(x)
     return (jnp.var(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(_od(0)),
             jnp.mean(x, axis=ax, keepdims=keepdim).astype(_od(1)))
 
@@ -155,77 +162,104 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
 @lower("std_mean.correction")
 def _std_mean(x, dim=None, *, correction=None, keepdim=False):
     ax = _dims(x, dim)
+    x = nx.up(x)
     return (jnp.std(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(_od(0)),
             jnp.mean(x, axis=ax, keepdims=keepdim).astype(_od(1)))
 
 
 @lower("logsumexp")
 def _logsumexp(x, dim, keepdim=False):
-    dt = _od()
-    return jax.nn.logsumexp(x.astype(dt), axis=_dims(x, dim), keepdims=keepdim)
+    return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(_od())
 
 
 @lower("linalg_vector_norm", static=("ord",))
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
-    dt = _od()
-    x = jnp.abs(x).astype(dt) if jnp.iscomplexobj(x) else jnp.abs(x.astype(dt))
+    dt, ct = _od(), _ct()
+    x = jnp.abs(x).astype(ct) if jnp.iscomplexobj(x) else jnp.abs(nx.cast(x, dt).astype(ct))
     ax = _dims(x, dim)
-    if ord == float("inf"):
-        return jnp.max(x, axis=ax, keepdims=keepdim)
-    if ord == float("-inf"):
-        return jnp.min(x, axis=ax, keepdims=keepdim)
+    n = 1
+    for d in (range(x.ndim) if ax is None else ax):
+        n *= x.shape[d]
     if ord == 0:
-        return jnp.sum((x != 0).astype(dt), axis=ax, keepdims=keepdim)
-    if ord == 1:
-        return jnp.sum(x, axis=ax, keepdims=keepdim)
+        return jnp.sum(nx.cast(x != 0, ct), axis=ax, keepdims=keepdim).astype(dt)
+    if n == 1 or ord == 1:
+        # eager's norm of one element is its magnitude (no power that could overflow)
+        return jnp.sum(x, axis=ax, keepdims=keepdim).astype(dt)
+    if ord == float("inf"):
+        return jnp.max(x, axis=ax, keepdims=keepdim).astype(dt)
+    if ord == float("-inf"):
+        return jnp.min(x, axis=ax, keepdims=keepdim).astype(dt)
     if ord == 2:
-        return jnp.sqrt(jnp.sum(x * x, axis=ax, keepdims=keepdim))
-    return jnp.sum(x ** ord, axis=ax, keepdims=keepdim) ** (1.0 / ord)
+        return jnp.sqrt(jnp.sum(x * x, axis=ax, keepdims=keepdim)).astype(dt)
+    return (jnp.sum(x ** ord, axis=ax, keepdims=keepdim) ** (1.0 / ord)).astype(dt)
+
+
+def _along(x, dim):
+    """(x viewed with at least one dimension, the axis): eager treats a 0-d
+    tensor as one element along dim 0 or -1."""
+    if x.ndim == 0:
+        return x.reshape(1), 0
+    return x, dim % x.ndim
+
+
+@meta("_softmax")
+def _softmax_meta(x, dim, half_to_float):
+    # PyTorch's meta kernel takes any dim; eager's IndexError, in PyTorch's own words.
+    # (Not an eager probe: eager's CPU kernel refuses half_to_float, which XLA runs.)
+    canonicalize_dim(x.dim(), dim)
+    return torch.ops.aten._softmax.default(x, dim, half_to_float)
 
 
 @lower("_softmax")
 def _softmax(x, dim, half_to_float=False):
-    dt = _od()
-    return jax.nn.softmax(x.astype(dt), axis=dim % max(x.ndim, 1)) if x.ndim else jnp.ones((), dt)
+    # 0-d too: exp(x - x) / exp(x - x) is nan for an infinite or nan x, as eager's
+    x1, d = _along(nx.cast(x, _ct()), dim)
+    return jax.nn.softmax(x1, axis=d).reshape(x.shape).astype(_od())
 
 
 @lower("_log_softmax")
 def _log_softmax(x, dim, half_to_float=False):
-    dt = _od()
-    return jax.nn.log_softmax(x.astype(dt), axis=dim % max(x.ndim, 1)) if x.ndim else jnp.zeros((), dt)
+    x1, d = _along(nx.cast(x, _ct()), dim)
+    return jax.nn.log_softmax(x1, axis=d).reshape(x.shape).astype(_od())
 
 
 @lower("_softmax_backward_data")
 def _softmax_bwd(grad, out, dim, input_dtype):
-    dt = _od()
-    g, y = grad.astype(dt), out.astype(dt)
-    return y * (g - jnp.sum(g * y, axis=dim, keepdims=True))
+    ct = _ct()
+    g, y = grad.astype(ct), out.astype(ct)
+    d = dim % max(g.ndim, 1) if g.ndim else None
+    return (y * (g - jnp.sum(g * y, axis=d, keepdims=True))).astype(_od())
 
 
 @lower("_log_softmax_backward_data")
 def _log_softmax_bwd(grad, out, dim, input_dtype):
-    dt = _od()
-    g, y = grad.astype(dt), out.astype(dt)
-    return g - jnp.exp(y) * jnp.sum(g, axis=dim, keepdims=True)
+    ct = _ct()
+    g, y = grad.astype(ct), out.astype(ct)
+    d = dim % max(g.ndim, 1) if g.ndim else None
+    return (g - jnp.exp(y) * jnp.sum(g, axis=d, keepdims=True)).astype(_od())
 
 
 @lower("cumsum")
 def _cumsum(x, dim, *, dtype=None):
-    dt = _od()
+    x = nx.cast(x, _od()).astype(_ct())
     if x.ndim == 0:
-        return x.astype(dt)
-    return jnp.cumsum(x.astype(dt), axis=dim % x.ndim)
+        return x.astype(_od())
+    return jnp.cumsum(x, axis=dim % x.ndim).astype(_od())
 
 
 @lower("cumprod")
 def _cumprod(x, dim, *, dtype=None):
-    dt = _od()
+    x = nx.cast(x, _od()).astype(_ct())
     if x.ndim == 0:
-        return x.astype(dt)
-    return jnp.cumprod(x.astype(dt), axis=dim % x.ndim)
+        return x.astype(_od())
+    return jnp.cumprod(x, axis=dim % x.ndim).astype(_od())
 
 
 def _cum_ext(fn, x, dim):
+    """cummax / cummin as eager's loop: the running extreme's index is the latest
+    position holding it (ties and repeats move it forward), and a NaN, once
+    seen, is the extreme (each later NaN takes over). The values are read back at
+    those indices, so a tie of 0.0 and -0.0 keeps the later one's sign."""
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     if x.dtype == jnp.bool_:
@@ -235,8 +269,12 @@ def _cum_ext(fn, x, dim):
     vals = fn(x, axis=d)
     n = x.shape[d]
     idx = jnp.arange(n, dtype=jnp.int64).reshape([n if i == d else 1 for i in range(x.ndim)])
-    hit = jnp.where(x == vals, jnp.broadcast_to(idx, x.shape), -1)
-    return vals, lax.cummax(hit, axis=d)
+    same = x == vals
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        same = same | (jnp.isnan(x) & jnp.isnan(vals))
+    hit = jnp.where(same, jnp.broadcast_to(idx, x.shape), -1)
+    at = lax.cummax(hit, axis=d)
+    return jnp.take_along_axis(x, at, axis=d), at
 
 
 @lower("cummax")
@@ -256,6 +294,17 @@ def _logcumsumexp(x, dim):
     return lax.cumlogsumexp(x, axis=dim % x.ndim)
 
 
+def _descending_keys(x):
+    """Sort keys (most significant first) that order x descending as eager does:
+    NaN first (eager's NaN is the largest value), then the numbers from the
+    largest; negating keeps the integers' order only through a bitwise not."""
+    if x.dtype == jnp.bool_:
+        return (~x,)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return (jnp.invert(x),)
+    return (~jnp.isnan(x), -x)
+
+
 @lower("sort", "sort.stable")
 def _sort(x, dim=-1, descending=False, *, stable=None):
     if isinstance(dim, bool):
@@ -263,10 +312,13 @@ def _sort(x, dim=-1, descending=False, *, stable=None):
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = dim % x.ndim
-    key = -x if descending and x.dtype != jnp.bool_ else x
-    if descending and x.dtype == jnp.bool_:
-        key = ~x
-    idx = jnp.argsort(key, axis=d, stable=True).astype(jnp.int64)
+    if not descending:
+        idx = jnp.argsort(x, axis=d, stable=True).astype(jnp.int64)
+        return jnp.take_along_axis(x, idx, axis=d), idx
+    keys = _descending_keys(x)
+    iota = lax.broadcasted_iota(jnp.int64, x.shape, d)
+    out = lax.sort(keys + (iota,), dimension=d, is_stable=True, num_keys=len(keys))
+    idx = out[-1]
     return jnp.take_along_axis(x, idx, axis=d), idx
 
 
@@ -277,10 +329,10 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     d = dim % x.ndim
     xm = jnp.moveaxis(x, d, -1)
     if largest:
-        v, i = lax.top_k(xm, k)
-    else:
-        v, i = lax.top_k(-xm, k)
-        v = -v
+        _, i = lax.top_k(xm, k)
+    else:   # the largest of a reversed order (a bitwise not for integers: -x overflows)
+        _, i = lax.top_k(jnp.invert(xm) if jnp.issubdtype(xm.dtype, jnp.integer) else -xm, k)
+    v = jnp.take_along_axis(xm, i, axis=-1)
     return jnp.moveaxis(v, -1, d), jnp.moveaxis(i.astype(jnp.int64), -1, d)
 
 

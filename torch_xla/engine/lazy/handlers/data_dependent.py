@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import torch
 
 from ...base import metrics
+from ...ops import checks
 from ...ops.registry import handler, lower
 from ..dispatch import op_info
 from ..tensor import XLATensor, new_base
@@ -152,6 +153,8 @@ def _index_put_common(args, kwargs):
     if len(masks) == 1 and all(i is None for k, i in enumerate(indices) if k != masks[0]) \
             and values.numel() == 1 and _xla(indices[masks[0]]):
         # one mask and one value: a where() on the device, no host read
+        if values.dtype != x.dtype:   # eager refuses most mixes ("Index put requires ...")
+            checks.probe(aten.index_put.default, (x, indices, values, accumulate), {}, fill=0)
         k = masks[0]
         m = indices[k]
         if m.dtype != torch.bool:

@@ -1,0 +1,137 @@
+"""Arithmetic the rule modules share where XLA, left alone, computes something
+other than what eager PyTorch computes.
+
+- `cast`: bool -> number through a select. XLA's algebraic simplifier rewrites
+  `convert(pred) * y` into `select(pred, y, 0)` (and `convert(pred) /
+  broadcast(y)` into that product): 0 * inf and 0 * nan become 0, where eager
+  gives nan (`eye(1, 2) / 0.`, `bool_t / False`, a backward multiplying the
+  gradient by a 0/1 mask).
+- `true_divide`: a correctly rounded quotient. The simplifier turns `A / constant`
+  into `A * (1 / constant)` on every platform, and on CPU `A / broadcast(B)` into
+  `A * broadcast(1 / B)`: a product with a rounded reciprocal, an ulp off
+  (49 / 7 = 7.0000005, and floor(-30.75 / -30.75) = 0).
+- `floor_divide` / `trunc_divide`: eager's float algorithms (fmod based, which
+  also decide inf // 1 = nan and 0.5 // -inf = -1).
+- `opmath`: eager computes float16 / bfloat16 math in float32 and rounds once
+  (at::opmath_type); these helpers do the same.
+"""
+import functools
+
+import jax.numpy as jnp
+from jax import lax
+
+from ..base.dtypes import to_jax
+from .context import ctx
+
+HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+_NUMBER = (bool, int, float, complex)
+
+
+def opmath_dtype(dt):
+    """The dtype eager computes `dt` math in: float32 for the half types."""
+    return jnp.dtype(jnp.float32) if jnp.dtype(dt) in HALF else jnp.dtype(dt)
+
+
+def up(x):
+    """x in its opmath dtype (float32 for half-precision arrays; others unchanged)."""
+    if isinstance(x, _NUMBER) or x.dtype not in HALF:
+        return x
+    return x.astype(jnp.float32)
+
+
+def _has_half(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            if _has_half(a):
+                return True
+        elif getattr(a, "dtype", None) in HALF:
+            return True
+    return False
+
+
+def _up_all(a):
+    if isinstance(a, (list, tuple)):
+        return type(a)(_up_all(x) for x in a)
+    return up(a) if hasattr(a, "dtype") else a
+
+
+def opmath(rule):
+    """A rule run as eager runs the op on half types: float16 / bfloat16 array
+    arguments in float32, each output rounded once to the op's output dtype (the
+    rule's own steps would otherwise round, or not, as XLA fuses them). Rules
+    without half arguments run unchanged."""
+    @functools.wraps(rule)
+    def run(*args, **kwargs):
+        if not (_has_half(args) or _has_half(kwargs.values())):
+            return rule(*args, **kwargs)
+        out = rule(*_up_all(args), **{k: _up_all(v) for k, v in kwargs.items()})
+        avals = ctx.entry.out_avals
+        if isinstance(out, (list, tuple)):
+            return type(out)(o if o is None else cast(o, to_jax(avals[i][1])) for i, o in enumerate(out))
+        return cast(out, to_jax(avals[0][1]))
+    return run
+
+
+def cast(x, dt):
+    """x (array or Python number) as dtype dt; a bool array becomes 0/1 by a select
+    (see the module docstring), never by a bare convert."""
+    dt = jnp.dtype(dt)
+    if isinstance(x, _NUMBER):
+        return jnp.asarray(x, dt)
+    if x.dtype == dt:
+        return x
+    if x.dtype == jnp.bool_ and dt != jnp.bool_:
+        return jnp.where(x, jnp.ones((), dt), jnp.zeros((), dt))
+    return x.astype(dt)
+
+
+def true_divide(a, b, opaque=False):
+    """a / b for float or complex operands of one dtype, rounded once as eager's
+    division is. A divisor that will be broadcast passes through an optimization
+    barrier (it is small, and no longer a constant the simplifier could invert),
+    its size-1 dims dropped first so that the broadcast reads the barrier's output
+    itself; a second use of that output (the quotient is nan where the divisor
+    is) keeps the CPU rewrite, which needs a broadcast operand of one use, from
+    matching. A full-shape divisor gets the second use alone. `opaque`: the barrier
+    whatever the divisor's shape (one the rule builds from constants, such as a
+    pooling window's element counts). A Python number stays as it is: 0 and 1
+    give exact products."""
+    if isinstance(b, _NUMBER):
+        return a / b
+    if isinstance(a, _NUMBER):
+        a = jnp.asarray(a, b.dtype)
+    out = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b))
+    real = jnp.issubdtype(jnp.result_type(a, b), jnp.floating)
+    if not opaque and jnp.shape(b) == out:
+        q = a / b
+        return jnp.where(jnp.isnan(b), b.astype(q.dtype), q) if real else q
+    shape = (1,) * (len(out) - b.ndim) + tuple(b.shape)
+    keep = tuple(i for i, d in enumerate(shape) if d != 1)
+    core = lax.optimization_barrier(b.reshape(tuple(shape[i] for i in keep)))
+    wide = lax.broadcast_in_dim(core, out, keep)
+    q = jnp.broadcast_to(a, out) / wide
+    if real:
+        q = jnp.where(lax.broadcast_in_dim(jnp.isnan(core), out, keep), wide.astype(q.dtype), q)
+    return q
+
+
+def floor_divide(a, b):
+    """Eager's floor division of floats (c10 div_floor_floating): from fmod, so
+    that the quotient is the exact floor even where a / b rounds up to an integer;
+    b == 0 gives the IEEE quotient."""
+    dt = a.dtype
+    mod = jnp.fmod(a, b)
+    div = true_divide(a - mod, b)
+    zero = jnp.zeros((), dt)
+    one = jnp.ones((), dt)
+    div = jnp.where((mod != zero) & ((b < zero) != (mod < zero)), div - one, div)
+    fl = jnp.floor(div)
+    fl = jnp.where(div - fl > jnp.asarray(0.5, dt), fl + one, fl)
+    q = true_divide(a, b)
+    res = jnp.where(div != zero, fl, jnp.copysign(jnp.zeros_like(fl), q))
+    return jnp.where(b == zero, q, res)
+
+
+def trunc_divide(a, b):
+    """Eager's truncating division of floats: trunc of the rounded quotient."""
+    return jnp.trunc(true_divide(a, b))
