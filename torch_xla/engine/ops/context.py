@@ -48,3 +48,13 @@ def lowering(c):
         yield ctx
     finally:
         ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump = saved
+
+
+def out_dtype(i=0):
+    """The JAX dtype of output i of the op being lowered (PyTorch's meta kernel decided it)."""
+    return ctx.entry.out_dtype(i)
+
+
+def out_shape(i=0):
+    """The shape of output i of the op being lowered."""
+    return ctx.entry.out_shape(i)

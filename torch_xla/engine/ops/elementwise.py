@@ -11,11 +11,9 @@ from jax import lax
 
 from ..base.dtypes import to_jax
 from . import numerics as nx
+from .context import out_dtype
 from .registry import ctx, lower, vjp_of
 
-
-def _od():
-    return ctx.entry.out_dtype(0)
 
 
 def _cd():
@@ -47,7 +45,7 @@ def _operands(a, b):
     round once (opmath); a one-element second operand keeps its own precision
     there, as eager's CPU kernels read it unrounded (TensorIterator's
     original_scalar_value: `f16_t / 3.3` divides by 3.3, not by f16(3.3))."""
-    dt = _od()
+    dt = out_dtype()
     if dt not in nx.HALF:
         return _as(a, dt), _as(b, dt), dt, dt
     ct = jnp.dtype(jnp.float32)
@@ -94,7 +92,7 @@ def _quotient(a, b, fn, half_steps=False):
     for true division and wherever the divisor is one element; eager's floor and
     trunc division of two half tensors round every step to the half type
     (`half_steps`)."""
-    dt = _od()
+    dt = out_dtype()
     if half_steps and dt in nx.HALF and not (isinstance(b, (int, float, bool)) or b.size == 1):
         return fn(_as(a, dt), _as(b, dt))
     a, b, dt, _ = _operands(a, b)
@@ -108,7 +106,7 @@ def _div(a, b):
 
 @lower("div.Tensor_mode", "div.Scalar_mode")
 def _div_mode(a, b, rounding_mode=None):
-    dt = _od()
+    dt = out_dtype()
     if rounding_mode is None:
         return _div(a, b)
     if _is_float(dt):
@@ -156,7 +154,7 @@ def _int_pow(a, b):
 @lower("pow.Tensor_Scalar", static=("exponent",))
 @lower("pow.Tensor_Tensor", "pow.Scalar")
 def _pow(a, b):
-    dt = _od()
+    dt = out_dtype()
     if dt in nx.HALF:   # eager: in float32, rounded once (x ** 3 is two products)
         ct = jnp.dtype(jnp.float32)
         a = _as(_as(a, dt), ct)
@@ -177,7 +175,7 @@ def _pow(a, b):
 def _in_opmath(*xs):
     """xs in the output dtype, then in the dtype eager computes it in (float32 for
     the half types); -> (values..., output dtype, compute dtype)."""
-    dt = _od()
+    dt = out_dtype()
     ct = nx.opmath_dtype(dt)
     return tuple(_as(_as(x, dt), ct) for x in xs) + (dt, ct)
 
@@ -211,7 +209,7 @@ def _binary_same(fn, opmath=False):
     """fn on both operands cast to the output dtype; `opmath`: half types computed in
     float32 and rounded once, as eager does for functions that are not exact."""
     def rule(a, b):
-        dt = _od()
+        dt = out_dtype()
         if opmath and dt in nx.HALF:
             a, b, dt, ct = _in_opmath(a, b)
             return _as(fn(a, b), dt)
@@ -243,10 +241,10 @@ def _truthy(x):
     return x != 0 if x.dtype != jnp.bool_ else x
 
 
-lower("logical_and")(lambda a, b: _as(_truthy(a) & _truthy(b), _od()))
-lower("logical_or")(lambda a, b: _as(_truthy(a) | _truthy(b), _od()))
-lower("logical_xor")(lambda a, b: _as(_truthy(a) ^ _truthy(b), _od()))
-lower("logical_not")(lambda a: _as(~_truthy(a), _od()))
+lower("logical_and")(lambda a, b: _as(_truthy(a) & _truthy(b), out_dtype()))
+lower("logical_or")(lambda a, b: _as(_truthy(a) | _truthy(b), out_dtype()))
+lower("logical_xor")(lambda a, b: _as(_truthy(a) ^ _truthy(b), out_dtype()))
+lower("logical_not")(lambda a: _as(~_truthy(a), out_dtype()))
 lower("bitwise_not")(lambda a: jnp.invert(a) if a.dtype != jnp.bool_ else ~a)
 
 
@@ -275,7 +273,7 @@ _HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 
 def _unary(fn, float_only=True, exact=False):
     def rule(x):
-        dt = _od()
+        dt = out_dtype()
         if jnp.iscomplexobj(x) and not jnp.issubdtype(dt, jnp.complexfloating):
             return fn(x).astype(dt)  # abs/angle of complex: real result
         if not exact and dt in _HALF:
@@ -330,7 +328,7 @@ def _sign(x):
 @lower("digamma")
 @nx.opmath
 def _digamma(x):
-    dt = nx.opmath_dtype(_od())
+    dt = nx.opmath_dtype(out_dtype())
     x = _as(x, dt)
     # PyTorch: -inf at 0 (JAX gives NaN there), NaN at negative integers
     inf = jnp.asarray(jnp.inf, dt)
@@ -518,13 +516,13 @@ def _signbit(x):
 
 @lower("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
 def _where(cond, a, b):
-    dt = _od()
+    dt = out_dtype()
     return jnp.where(_truthy(cond), _as(a, dt), _as(b, dt))
 
 
 @lower("clamp", "clamp.Tensor")
 def _clamp(x, min=None, max=None):  # noqa: A002
-    dt = _od()
+    dt = out_dtype()
     x = _as(x, dt)
     if min is not None:
         x = jnp.maximum(x, _as(min, dt))
@@ -535,7 +533,7 @@ def _clamp(x, min=None, max=None):  # noqa: A002
 
 @lower("masked_fill.Scalar", "masked_fill.Tensor")
 def _masked_fill(x, mask, value):
-    dt = _od()
+    dt = out_dtype()
     return jnp.where(mask, _as(value, dt), _as(x, dt))
 
 
@@ -543,12 +541,12 @@ def _masked_fill(x, mask, value):
 
 @lower("clone", "_to_copy", "contiguous", "lift_fresh_copy", "_to_dense", "alias_copy", "detach_copy")
 def _clone(x, *args, **kwargs):
-    return _as(x, _od())
+    return _as(x, out_dtype())
 
 
 @lower("fill.Scalar", "fill.Tensor")
 def _fill(x, value):
-    dt = _od()
+    dt = out_dtype()
     return jnp.broadcast_to(_as(value, dt), x.shape)
 
 
@@ -594,7 +592,7 @@ _sp = jax.scipy.special
 
 def _float_unary(fn):
     def rule(x):
-        dt = _od()
+        dt = out_dtype()
         ct = nx.opmath_dtype(dt)
         return fn(_as(_as(x, dt), ct)).astype(dt)
     return rule
@@ -612,7 +610,7 @@ for _n, _fn in (("special_i0e", _sp.i0e), ("special_i1", _sp.i1), ("special_i1e"
 @lower("polygamma")
 @nx.opmath
 def _polygamma(n, x):
-    dt = nx.opmath_dtype(_od())
+    dt = nx.opmath_dtype(out_dtype())
     x = _as(x, dt)
     if n == 0:
         return _digamma(x)
@@ -639,7 +637,7 @@ def _frexp(x):
 @lower("mvlgamma")
 @nx.opmath
 def _mvlgamma(x, p):
-    dt = nx.opmath_dtype(_od())
+    dt = nx.opmath_dtype(out_dtype())
     return _sp.multigammaln(_as(x, dt), p).astype(dt)
 
 

@@ -6,47 +6,42 @@ Shapes and dtypes come from PyTorch's meta kernels (ctx.entry.out_avals).
 import jax.numpy as jnp
 from jax import lax
 
+from .context import out_dtype, out_shape
 from .numerics import cast
 from .registry import ctx, lower
 
 
-def _od():
-    return ctx.entry.out_dtype(0)
-
-
-def _os():
-    return ctx.entry.out_shape(0)
 
 
 @lower("empty.memory_format", "empty_strided", "empty_permuted", "zeros", "empty_like", "zeros_like",
        "new_empty", "new_empty_strided", "new_zeros", "empty.names", "zeros.names")
 def _zeros(*args, **kwargs):
-    return jnp.zeros(_os(), _od())
+    return jnp.zeros(out_shape(), out_dtype())
 
 
 @lower("ones", "ones_like", "new_ones", "ones.names")
 def _ones(*args, **kwargs):
-    return jnp.ones(_os(), _od())
+    return jnp.ones(out_shape(), out_dtype())
 
 
 @lower("full")
 def _full(size, fill_value, **kwargs):
-    return jnp.full(_os(), fill_value, _od())
+    return jnp.full(out_shape(), fill_value, out_dtype())
 
 
 @lower("full_like")
 def _full_like(x, fill_value, **kwargs):
-    return jnp.full(_os(), fill_value, _od())
+    return jnp.full(out_shape(), fill_value, out_dtype())
 
 
 @lower("new_full")
 def _new_full(x, size, fill_value, **kwargs):
-    return jnp.full(_os(), fill_value, _od())
+    return jnp.full(out_shape(), fill_value, out_dtype())
 
 
 @lower("scalar_tensor")
 def _scalar_tensor(s, **kwargs):
-    return jnp.asarray(s, _od())
+    return jnp.asarray(s, out_dtype())
 
 
 @lower("arange", "arange.start", "arange.start_step")
@@ -58,8 +53,8 @@ def _arange(*args, **kwargs):
         (start, end), step = nums, 1
     else:
         start, end, step = nums[:3]
-    dt = _od()
-    n = _os()[0]
+    dt = out_dtype()
+    n = out_shape()[0]
     if jnp.issubdtype(dt, jnp.integer) and all(isinstance(v, int) for v in (start, step)):
         return (start + step * jnp.arange(n, dtype=jnp.int64)).astype(dt)
     return (start + step * jnp.arange(n, dtype=jnp.float64)).astype(dt)
@@ -67,7 +62,7 @@ def _arange(*args, **kwargs):
 
 @lower("linspace", "linspace.Tensor_Tensor", "linspace.Tensor_Scalar", "linspace.Scalar_Tensor")
 def _linspace(start, end, steps, **kwargs):
-    dt = _od()
+    dt = out_dtype()
     if jnp.issubdtype(dt, jnp.integer):
         return jnp.linspace(start, end, steps, dtype=jnp.float64).astype(dt)
     return jnp.linspace(start, end, steps, dtype=jnp.float64 if dt == jnp.float64 else jnp.float32).astype(dt)
@@ -75,14 +70,14 @@ def _linspace(start, end, steps, **kwargs):
 
 @lower("logspace")
 def _logspace(start, end, steps, base=10.0, **kwargs):
-    return jnp.logspace(start, end, steps, base=base, dtype=jnp.float64).astype(_od())
+    return jnp.logspace(start, end, steps, base=base, dtype=jnp.float64).astype(out_dtype())
 
 
 @lower("eye", "eye.m")
 def _eye(n, m=None, **kwargs):
-    r, c = _os()
+    r, c = out_shape()
     # a select, not jnp.eye's convert of the diagonal mask (numerics.cast)
-    return cast(lax.broadcasted_iota(jnp.int64, (r, c), 0) == lax.broadcasted_iota(jnp.int64, (r, c), 1), _od())
+    return cast(lax.broadcasted_iota(jnp.int64, (r, c), 0) == lax.broadcasted_iota(jnp.int64, (r, c), 1), out_dtype())
 
 
 @lower("tril_indices", "triu_indices")
@@ -90,11 +85,11 @@ def _tri_indices(row, col, offset=0, **kwargs):
     import numpy as np
     upper = ctx.entry.name.startswith("triu")
     r, c = (np.triu_indices if upper else np.tril_indices)(row, offset, col)
-    return jnp.asarray(np.stack([r, c]), _od())
+    return jnp.asarray(np.stack([r, c]), out_dtype())
 
 
 @lower("_efficientzerotensor")
 def _efficient_zeros(size, **kwargs):
-    return jnp.zeros(_os(), _od())
+    return jnp.zeros(out_shape(), out_dtype())
 
 

@@ -2,12 +2,10 @@
 import jax.numpy as jnp
 from jax import lax
 
+from .context import out_dtype
 from .numerics import cast
 from .registry import ctx, lower, vjp_of
 
-
-def _od():
-    return ctx.entry.out_dtype(0)
 
 
 def _prec(dt):
@@ -17,7 +15,7 @@ def _prec(dt):
 
 def _mm(a, b, acc=None):
     """acc: the result's dtype (the unrounded accumulation), None: the output dtype."""
-    dt = _od()
+    dt = out_dtype()
     return jnp.matmul(a.astype(dt), b.astype(dt), precision=_prec(dt), preferred_element_type=acc)
 
 
@@ -44,7 +42,7 @@ def _acc(dt):
 
 @lower("addmm", "addmv", "addbmm")
 def _addmm(bias, a, b, beta=1, alpha=1):
-    dt = _od()
+    dt = out_dtype()
     acc = _acc(dt)
     prod = _mm(a, b, acc)
     if prod.ndim == 3:
@@ -54,14 +52,14 @@ def _addmm(bias, a, b, beta=1, alpha=1):
 
 @lower("baddbmm")
 def _baddbmm(bias, a, b, beta=1, alpha=1):
-    dt = _od()
+    dt = out_dtype()
     acc = _acc(dt)
     return _scaled_sum(_mm(a, b, acc), bias, beta, alpha, acc or dt).astype(dt)
 
 
 @lower("addr")
 def _addr(bias, a, b, beta=1, alpha=1):
-    dt = _od()
+    dt = out_dtype()
     prod = jnp.outer(a.astype(dt), b.astype(dt))
     if dt == jnp.bool_:
         out = prod if _is(alpha, 1) else prod & jnp.asarray(alpha, dt)
@@ -71,7 +69,7 @@ def _addr(bias, a, b, beta=1, alpha=1):
 
 @lower("outer", "ger")
 def _outer(a, b):
-    dt = _od()
+    dt = out_dtype()
     return jnp.outer(a.astype(dt), b.astype(dt))
 
 
@@ -114,7 +112,7 @@ def _cholesky(a, upper=False):
 
 @lower("linalg_solve_triangular")
 def _solve_triangular(a, b, *, upper, left=True, unitriangular=False):
-    dt = _od()
+    dt = out_dtype()
     return _lax.linalg.triangular_solve(a.astype(dt), b.astype(dt), left_side=left, lower=not upper,
                                         unit_diagonal=unitriangular)
 
@@ -212,7 +210,7 @@ def _cdist(x1, x2, p):
 
 @lower("_cdist_forward")
 def _cdist_forward(x1, x2, p, compute_mode=None):
-    return _cdist(x1, x2, p).astype(_od())
+    return _cdist(x1, x2, p).astype(out_dtype())
 
 
 @lower("_cdist_backward")
@@ -234,7 +232,7 @@ def _pdist(x, p):
 
 @lower("_pdist_forward")
 def _pdist_forward(x, p=2.0):
-    return _pdist(x, p).astype(_od())
+    return _pdist(x, p).astype(out_dtype())
 
 
 @lower("_pdist_backward")
@@ -293,7 +291,7 @@ def _batch_to(x, shape):
 
 @lower("_linalg_solve_ex")
 def _linalg_solve_ex(a, b, left=True, check_errors=False):
-    dt = _od()
+    dt = out_dtype()
     a, b = a.astype(dt), b.astype(dt)
     lu, piv, perm = _lax.linalg.lu(a)
     vector = ctx.entry.out_shape(0) == tuple(b.shape) and b.ndim == a.ndim - 1 or b.ndim == 1
@@ -338,7 +336,7 @@ def _lu_unpack(lu, pivots, unpack_data=True, unpack_pivots=True):
 
 @lower("linalg_pinv.atol_rtol_tensor", "linalg_pinv.atol_rtol_float")
 def _linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
-    dt = _od()
+    dt = out_dtype()
     a = a.astype(dt)
     m, n = a.shape[-2], a.shape[-1]
     if hermitian:

@@ -8,16 +8,11 @@ import torch
 from jax import lax
 
 from . import numerics as nx
+from .context import out_dtype, out_shape
 from .numerics import cast
 from .registry import ctx, lower, meta, vjp_of
 
 
-def _od(i=0):
-    return ctx.entry.out_dtype(i)
-
-
-def _os(i=0):
-    return ctx.entry.out_shape(i)
 
 
 def _prec(dt):
@@ -73,7 +68,7 @@ def _pointwise_conv(x, w, stride, acc=None):
 
 @lower("convolution", "_convolution")
 def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups, *rest):
-    dt = _od()
+    dt = out_dtype()
     x, w = x.astype(dt), w.astype(dt)
     if isinstance(padding, str):
         raise NotImplementedError("string padding reaches aten as numbers")
@@ -206,7 +201,7 @@ def _pool_args(x, nd, kernel, stride, padding, dilation):
 def _max_pool_nd(nd):
     def rule(x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
         k, s, p, d = _pool_args(x, nd, kernel, stride, padding, dilation)
-        out_sp = _os(0)[-nd:]
+        out_sp = out_shape(0)[-nd:]
         return _max_pool(x, k, s, p, d, out_sp), _max_pool_indices(x, k, s, p, d, out_sp)
     return rule
 
@@ -230,7 +225,7 @@ def _max_pool_plain(x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False
     nd = len(_norm(kernel, 1)) if isinstance(kernel, (list, tuple)) and len(kernel) > 1 else \
         {"max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3}[ctx.entry.name.split(".")[0]]
     k, s, p, d = _pool_args(x, nd, kernel, stride, padding, dilation)
-    return _max_pool(x, k, s, p, d, _os(0)[-nd:])
+    return _max_pool(x, k, s, p, d, out_shape(0)[-nd:])
 
 
 def _avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override, out_sp):
@@ -259,7 +254,7 @@ def _avg_pool_nd(nd):
     def rule(x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
         k = _norm(kernel, nd)
         s = _norm(stride, nd) if stride else k
-        return _avg_pool(x, k, s, _norm(padding, nd), ceil_mode, count_include_pad, divisor_override, _os(0)[-nd:])
+        return _avg_pool(x, k, s, _norm(padding, nd), ceil_mode, count_include_pad, divisor_override, out_shape(0)[-nd:])
     return rule
 
 
@@ -312,7 +307,7 @@ def _adaptive_avg(x, out_sp):
 @nx.opmath
 def _adaptive_avg_pool(x, output_size):
     nd = len(output_size)
-    return _adaptive_avg(x, _os(0)[-nd:])
+    return _adaptive_avg(x, out_shape(0)[-nd:])
 
 
 @lower("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward")
@@ -368,10 +363,10 @@ def batch_norm_lowering(x, w, b, rm, rv, *, training, momentum, eps):
             new_rm = ((1 - momentum) * rm + momentum * mean).astype(rm.dtype)
         if rv is not None:
             new_rv = ((1 - momentum) * rv + momentum * var * (n / max(n - 1, 1))).astype(rv.dtype)
-        outs = [y, mean.astype(_od(1)), invstd.astype(_od(2))]
+        outs = [y, mean.astype(out_dtype(1)), invstd.astype(out_dtype(2))]
         return outs + [o for o in (new_rm, new_rv) if o is not None]
     y = _bn_eval(x, w, b, rm, rv, eps)
-    return [y, jnp.zeros(_os(1), _od(1)), jnp.zeros(_os(2), _od(2))]
+    return [y, jnp.zeros(out_shape(1), out_dtype(1)), jnp.zeros(out_shape(2), out_dtype(2))]
 
 
 def batch_norm_meta(x, w, b, rm, rv, *, training, momentum, eps):
@@ -422,7 +417,7 @@ def _ln(x, normalized_shape, w, b, eps):
 @lower("native_layer_norm")
 def _native_layer_norm(x, normalized_shape, w, b, eps):
     y, mean, rstd = _ln(x, normalized_shape, w, b, eps)
-    return y, mean.astype(_od(1)), rstd.astype(_od(2))
+    return y, mean.astype(out_dtype(1)), rstd.astype(out_dtype(2))
 
 
 @lower("native_layer_norm_backward")
@@ -453,7 +448,7 @@ def _native_group_norm(x, w, b, N, C, HxW, group, eps):
         y = y * w.astype(cd).reshape(_bshape(x))
     if b is not None:
         y = y + b.astype(cd).reshape(_bshape(x))
-    return y.astype(x.dtype), mean.reshape(N, group).astype(_od(1)), rstd.reshape(N, group).astype(_od(2))
+    return y.astype(x.dtype), mean.reshape(N, group).astype(out_dtype(1)), rstd.reshape(N, group).astype(out_dtype(2))
 
 
 @lower("native_group_norm_backward")
@@ -469,8 +464,8 @@ def _native_group_norm_backward(grad, x, mean, rstd, w, N, C, HxW, group, output
     xhg = xhat.reshape(N, group, -1)
     gx = r * (gxg - jnp.mean(gxg, axis=2, keepdims=True) - xhg * jnp.mean(gxg * xhg, axis=2, keepdims=True))
     out_gx = gx.reshape(x.shape).astype(x.dtype) if output_mask[0] else None
-    gw = jnp.sum(g * xhat, axis=(0, 2)).astype(_od(1)) if output_mask[1] and w is not None else None
-    gb = jnp.sum(g, axis=(0, 2)).astype(_od(2)) if output_mask[2] else None
+    gw = jnp.sum(g * xhat, axis=(0, 2)).astype(out_dtype(1)) if output_mask[1] and w is not None else None
+    gb = jnp.sum(g, axis=(0, 2)).astype(out_dtype(2)) if output_mask[2] else None
     return out_gx, gw, gb
 
 
@@ -523,7 +518,7 @@ for _name, _pos in (("nll_loss_forward", 1), ("nll_loss2d_forward", 1), ("nll_lo
 @lower("nll_loss_forward", "nll_loss2d_forward")
 def _nll_loss_forward(x, target, weight, reduction, ignore_index):
     out, total = _nll(x, target, weight, reduction, ignore_index)
-    return out.astype(_od(0)), total.astype(_od(1))
+    return out.astype(out_dtype(0)), total.astype(out_dtype(1))
 
 
 @lower("nll_loss_backward", "nll_loss2d_backward")
@@ -658,7 +653,7 @@ def _multi_margin(x, target, p, margin, weight, reduction):
 
 @lower("multi_margin_loss", static=("p",))
 def _multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1):
-    return _multi_margin(x, target, p, margin, weight, reduction).astype(_od())
+    return _multi_margin(x, target, p, margin, weight, reduction).astype(out_dtype())
 
 
 @meta("multi_margin_loss_backward", "multilabel_margin_loss_backward")
@@ -691,7 +686,7 @@ def _multilabel_margin(x, target, reduction):
 @lower("multilabel_margin_loss_forward")
 def _multilabel_margin_loss_forward(x, target, reduction):
     loss, is_t = _multilabel_margin(x, target, reduction)
-    return loss.astype(_od(0)), is_t.reshape(ctx.entry.out_shape(1)).astype(_od(1))
+    return loss.astype(out_dtype(0)), is_t.reshape(ctx.entry.out_shape(1)).astype(out_dtype(1))
 
 
 @lower("multilabel_margin_loss_backward")
@@ -702,5 +697,5 @@ def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
 @lower("native_dropout_backward")
 def _native_dropout_backward(grad, mask, scale):
     # one op (upstream's xla::native_dropout_backward), not a decomposed mul chain
-    dt = _od()
+    dt = out_dtype()
     return grad.astype(dt) * cast(mask, dt) * jnp.asarray(scale, dt)

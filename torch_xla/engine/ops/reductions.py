@@ -6,11 +6,9 @@ from jax import lax
 from torch._prims_common import canonicalize_dim
 
 from . import numerics as nx
+from .context import out_dtype
 from .registry import ctx, lower, meta
 
-
-def _od(i=0):
-    return ctx.entry.out_dtype(i)
 
 
 def _ct(i=0):
@@ -31,18 +29,18 @@ def _dims(x, dim):
 
 @lower("sum", "sum.dim_IntList")
 def _sum(x, dim=None, keepdim=False, *, dtype=None):
-    return jnp.sum(nx.cast(x, _od()).astype(_ct()), axis=_dims(x, dim), keepdims=keepdim).astype(_od())
+    return jnp.sum(nx.cast(x, out_dtype()).astype(_ct()), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("mean", "mean.dim")
 def _mean(x, dim=None, keepdim=False, *, dtype=None):
-    return jnp.mean(nx.cast(x, _od()).astype(_ct()), axis=_dims(x, dim), keepdims=keepdim).astype(_od())
+    return jnp.mean(nx.cast(x, out_dtype()).astype(_ct()), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("prod", "prod.dim_int")
 def _prod(x, dim=None, keepdim=False, *, dtype=None):
     # in the output dtype: eager's product of half values rounds at every step too
-    return jnp.prod(nx.cast(x, _od()), axis=_dims(x, dim), keepdims=keepdim)
+    return jnp.prod(nx.cast(x, out_dtype()), axis=_dims(x, dim), keepdims=keepdim)
 
 
 @lower("amax")
@@ -121,12 +119,12 @@ def _argmin(x, dim=None, keepdim=False):
 
 @lower("any", "any.dim", "any.dims")
 def _any(x, dim=None, keepdim=False):
-    return jnp.any(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(_od())
+    return jnp.any(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("all", "all.dim", "all.dims")
 def _all(x, dim=None, keepdim=False):
-    return jnp.all(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(_od())
+    return jnp.all(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 def _correction(correction, unbiased):
@@ -141,40 +139,40 @@ def _correction(correction, unbiased):
 def _var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.var(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(_od())
+    return jnp.var(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("std.correction", "std.dim", "std")
 def _std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.std(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(_od())
+    return jnp.std(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("var_mean.correction")
 def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     ax = _dims(x, dim)
     x = nx.up(x)
-    return (jnp.var(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(_od(0)),
-            jnp.mean(x, axis=ax, keepdims=keepdim).astype(_od(1)))
+    return (jnp.var(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(out_dtype(0)),
+            jnp.mean(x, axis=ax, keepdims=keepdim).astype(out_dtype(1)))
 
 
 @lower("std_mean.correction")
 def _std_mean(x, dim=None, *, correction=None, keepdim=False):
     ax = _dims(x, dim)
     x = nx.up(x)
-    return (jnp.std(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(_od(0)),
-            jnp.mean(x, axis=ax, keepdims=keepdim).astype(_od(1)))
+    return (jnp.std(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(out_dtype(0)),
+            jnp.mean(x, axis=ax, keepdims=keepdim).astype(out_dtype(1)))
 
 
 @lower("logsumexp")
 def _logsumexp(x, dim, keepdim=False):
-    return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(_od())
+    return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("linalg_vector_norm", static=("ord",))
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
-    dt, ct = _od(), _ct()
+    dt, ct = out_dtype(), _ct()
     x = jnp.abs(x).astype(ct) if jnp.iscomplexobj(x) else jnp.abs(nx.cast(x, dt).astype(ct))
     ax = _dims(x, dim)
     n = 1
@@ -214,13 +212,13 @@ def _softmax_meta(x, dim, half_to_float):
 def _softmax(x, dim, half_to_float=False):
     # 0-d too: exp(x - x) / exp(x - x) is nan for an infinite or nan x, as eager's
     x1, d = _along(nx.cast(x, _ct()), dim)
-    return jax.nn.softmax(x1, axis=d).reshape(x.shape).astype(_od())
+    return jax.nn.softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
 
 
 @lower("_log_softmax")
 def _log_softmax(x, dim, half_to_float=False):
     x1, d = _along(nx.cast(x, _ct()), dim)
-    return jax.nn.log_softmax(x1, axis=d).reshape(x.shape).astype(_od())
+    return jax.nn.log_softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
 
 
 @lower("_softmax_backward_data")
@@ -228,7 +226,7 @@ def _softmax_bwd(grad, out, dim, input_dtype):
     ct = _ct()
     g, y = grad.astype(ct), out.astype(ct)
     d = dim % max(g.ndim, 1) if g.ndim else None
-    return (y * (g - jnp.sum(g * y, axis=d, keepdims=True))).astype(_od())
+    return (y * (g - jnp.sum(g * y, axis=d, keepdims=True))).astype(out_dtype())
 
 
 @lower("_log_softmax_backward_data")
@@ -236,23 +234,23 @@ def _log_softmax_bwd(grad, out, dim, input_dtype):
     ct = _ct()
     g, y = grad.astype(ct), out.astype(ct)
     d = dim % max(g.ndim, 1) if g.ndim else None
-    return (g - jnp.exp(y) * jnp.sum(g, axis=d, keepdims=True)).astype(_od())
+    return (g - jnp.exp(y) * jnp.sum(g, axis=d, keepdims=True)).astype(out_dtype())
 
 
 @lower("cumsum")
 def _cumsum(x, dim, *, dtype=None):
-    x = nx.cast(x, _od()).astype(_ct())
+    x = nx.cast(x, out_dtype()).astype(_ct())
     if x.ndim == 0:
-        return x.astype(_od())
-    return jnp.cumsum(x, axis=dim % x.ndim).astype(_od())
+        return x.astype(out_dtype())
+    return jnp.cumsum(x, axis=dim % x.ndim).astype(out_dtype())
 
 
 @lower("cumprod")
 def _cumprod(x, dim, *, dtype=None):
-    x = nx.cast(x, _od()).astype(_ct())
+    x = nx.cast(x, out_dtype()).astype(_ct())
     if x.ndim == 0:
-        return x.astype(_od())
-    return jnp.cumprod(x, axis=dim % x.ndim).astype(_od())
+        return x.astype(out_dtype())
+    return jnp.cumprod(x, axis=dim % x.ndim).astype(out_dtype())
 
 
 def _cum_ext(fn, x, dim):

@@ -100,14 +100,6 @@ def find(func, platform=None):
     return fn
 
 
-def out_dtype(i=0):
-    return ctx.entry.out_dtype(i)
-
-
-def out_shape(i=0):
-    return ctx.entry.out_shape(i)
-
-
 def vjp_of(f, primals, grad):
     """Cotangents of f at `primals` (a tuple) for output cotangent `grad`.
 

@@ -11,11 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .context import out_dtype
 from .registry import ctx, lower, vjp_of
 
-
-def _od():
-    return ctx.entry.out_dtype(0)
 
 
 def _scale(in_size, out_size, scale, align_corners):
@@ -315,7 +313,7 @@ def _grid_sample_2d(x, grid, mode, padding_mode, align_corners):
 
 @lower("grid_sampler_2d")
 def _grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
-    return _grid_sample_2d(x, grid, interpolation_mode, padding_mode, align_corners).astype(_od())
+    return _grid_sample_2d(x, grid, interpolation_mode, padding_mode, align_corners).astype(out_dtype())
 
 
 @lower("grid_sampler_2d_backward")

@@ -4,15 +4,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .context import out_dtype, out_shape
 from .registry import ctx, lower, vjp_of
 
 
-def _os(i=0):
-    return ctx.entry.out_shape(i)
-
-
-def _od(i=0):
-    return ctx.entry.out_dtype(i)
 
 
 # -- views (also used to re-derive views from their base) ------------------
@@ -20,10 +15,10 @@ def _od(i=0):
 @lower("view", "view_copy", "_unsafe_view", "_reshape_alias", "_reshape_alias_copy", "reshape",
        "expand", "expand_copy", "broadcast_to", "view.dtype")
 def _reshape_like(x, *args, **kwargs):
-    shape = _os()
+    shape = out_shape()
     if args and not isinstance(args[0], (list, tuple)) and not isinstance(args[0], int):
         # view.dtype: reinterpret bits
-        return lax.bitcast_convert_type(x, _od()) if x.dtype.itemsize == _od().itemsize else x.view(_od())
+        return lax.bitcast_convert_type(x, out_dtype()) if x.dtype.itemsize == out_dtype().itemsize else x.view(out_dtype())
     if int(np.prod(shape)) == x.size and ctx.entry.name.split(".")[0] not in ("expand", "expand_copy", "broadcast_to"):
         return jnp.reshape(x, shape)
     return jnp.broadcast_to(x, shape)
@@ -78,7 +73,7 @@ def _narrow(x, dim, start, length):
 @lower("squeeze", "squeeze.dim", "squeeze.dims", "squeeze_copy", "squeeze_copy.dim", "squeeze_copy.dims",
        "unsqueeze", "unsqueeze_copy", "flatten.using_ints", "unflatten.int", "_unsafe_view", "view_as")
 def _reshape(x, *args, **kwargs):
-    return jnp.reshape(x, _os())
+    return jnp.reshape(x, out_shape())
 
 
 @lower("diagonal", "diagonal_copy")
@@ -162,16 +157,16 @@ def _as_strided(x, size, stride, storage_offset=None):
 
 @lower("cat")
 def _cat(tensors, dim=0):
-    dt = _od()
+    dt = out_dtype()
     ts = [t.astype(dt) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
     if not ts:
-        return jnp.zeros(_os(), dt)
+        return jnp.zeros(out_shape(), dt)
     return jnp.concatenate(ts, axis=dim % ts[0].ndim)
 
 
 @lower("stack")
 def _stack(tensors, dim=0):
-    dt = _od()
+    dt = out_dtype()
     return jnp.stack([t.astype(dt) for t in tensors], axis=dim % (tensors[0].ndim + 1))
 
 
@@ -297,7 +292,7 @@ def _mask_put(x, mask, v, accumulate):
 @lower("index_select")
 def _index_select(x, dim, index):
     if x.ndim == 0:
-        return jnp.broadcast_to(x, _os())
+        return jnp.broadcast_to(x, out_shape())
     return jnp.take(x, index, axis=dim % x.ndim, mode="clip")
 
 
