@@ -113,3 +113,28 @@ def test_inplace_ops_on_the_same_or_disjoint_memory_are_fine():
         t.add_(t[:1].expand(3))       # not dense: eager does not compare
         return [b, t]
     _both(fn)
+
+
+def test_resize_of_a_view_within_its_storage():
+    def fn(d):
+        base = torch.arange(8.).reshape(4, 2).to(d)
+        v = base[1:]
+        v.resize_(2)
+        v.add_(100)
+        base2 = torch.arange(8.).reshape(4, 2).to(d)
+        w = base2[1:]
+        torch.neg(torch.ones(4).to(d), out=w)   # out= of another shape resizes the view
+        return [v, base, w, base2]
+    _both(fn)
+    with pytest.raises(RuntimeError, match="beyond its storage"):
+        torch.arange(4.).to("xla")[1:].resize_(5)
+
+
+def test_writes_into_a_single_window_unfold():
+    def fn(d):
+        x = torch.arange(3.).to(d)
+        x.unfold(0, 3, 1).masked_fill_(torch.tensor(True).to(d), 4.)
+        return [x]
+    _both(fn)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        torch.arange(4.).to("xla").unfold(0, 3, 1).fill_(1.)   # two windows share elements

@@ -14,30 +14,13 @@ from torch._decomp import decomposition_table
 
 from ..ir.node import OP, Node
 from ..ops import checks, registry
-from ..runtime.platform import jax_platform
 from . import fallback, index_checks, tracing, views
 from .tensor import _handlers, new_base
-from .tracing import (DeviceMismatch, OpInfo, device_mismatch_error, make_entry, meta_arg, walk_args,
-                      wrap)
+from .tracing import (DeviceMismatch, device_mismatch_error, make_entry, meta_arg, op_info,  # noqa: F401
+                      walk_args, wrap)
 from .views import assign_result
 
 aten = torch.ops.aten
-_infos = {}
-
-
-def op_info(func):
-    info = _infos.get(func)
-    if info is None:
-        name = func._schema.name.split("::")[-1]
-        if func._overloadname != "default":
-            name += "." + func._overloadname
-        info = _infos[func] = OpInfo(name, func, registry.find(func, jax_platform()), meta=registry.META.get(func) or registry.META.get(func.overloadpacket))
-        st = registry.static_args(func)
-        if st:
-            args = func._schema.arguments
-            info.scalar_pos = frozenset(i for i in info.scalar_pos if args[i].name not in st)
-            info.scalar_kw = info.scalar_kw - st
-    return info
 
 
 def _decomposition(func):

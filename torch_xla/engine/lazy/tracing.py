@@ -19,7 +19,7 @@ from ..base.frames import where
 from ..compile import persistent
 from ..ir import node as ir
 from ..ir.node import _scalar_cache
-from ..ops import checks
+from ..ops import checks, registry
 from ..ops.context import ctx  # noqa: F401  (rules and handlers read it)
 from ..ops.op import OpEntry, OpInfo, Slot, apply_entry  # noqa: F401
 from ..runtime import platform
@@ -185,6 +185,27 @@ def walk_args(args, kwargs, info):
             key.append(k)
             _walk(a, key, ops, hs, k in sk, fdt)
     return tuple(key), ops, hs
+
+
+_infos = {}
+
+
+def op_info(func):
+    """The OpInfo of aten overload `func` (its lowering for this platform, its
+    meta kernel, which arguments are scalar operands), made once."""
+    info = _infos.get(func)
+    if info is None:
+        name = func._schema.name.split("::")[-1]
+        if func._overloadname != "default":
+            name += "." + func._overloadname
+        info = _infos[func] = OpInfo(name, func, registry.find(func, platform.jax_platform()),
+                                     meta=registry.META.get(func) or registry.META.get(func.overloadpacket))
+        st = registry.static_args(func)
+        if st:
+            args = func._schema.arguments
+            info.scalar_pos = frozenset(i for i in info.scalar_pos if args[i].name not in st)
+            info.scalar_kw = info.scalar_kw - st
+    return info
 
 
 # ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ Views report the strides and storage offset they have in eager PyTorch
 copies. `as_strided` is taken relative to the base's storage, as PyTorch
 takes it relative to the storage.
 """
+import math
 import warnings
 
 import jax
@@ -31,7 +32,7 @@ from ..ops.registry import lower
 from . import state
 from .state import Base, View, apply_step, value_of
 from .tensor import XLATensor, new_view
-from .tracing import OpInfo, ValueArg, apply_entry, trace_node
+from .tracing import OpInfo, ValueArg, apply_entry, op_info, trace_node
 
 
 _GEOM = {}
@@ -213,8 +214,12 @@ def _check_no_overlap(view):
                 raise RuntimeError(_OVERLAP_MSG)
         elif name in ("unfold", "unfold_copy"):
             size, step = entry.template[2], entry.template[3]
-            if isinstance(size, int) and isinstance(step, int) and step < size:
-                raise RuntimeError(_OVERLAP_MSG)
+            dim = entry.template[1]
+            shape = entry.in_avals[0][0]
+            length = shape[dim] if shape else 1
+            windows = (length - size) // step + 1 if isinstance(step, int) and step > 0 else 0
+            if isinstance(size, int) and isinstance(step, int) and step < size and windows > 1:
+                raise RuntimeError(_OVERLAP_MSG)   # two windows share elements
 
 
 _SCATTER = OpInfo("view_scatter", None, _scatter_lowering, meta=_scatter_meta)
@@ -390,12 +395,32 @@ def resize(t, size):
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
     if type(s) is View:
-        raise RuntimeError(
-            f"torch_xla: resize_ of a view (shape {list(t.shape)} -> {list(size)}) is not supported on XLA "
-            f"tensors; resize the base tensor or use .reshape()/.clone()")
+        return _resize_view(t, s, size)
     node, _ = trace_node(_RESIZE, (ValueArg(s.value, s.aval),), {"shape": size})
     _swap_meta(t, size, s.aval[1])
     state.make_base(t, (node, 0), (size, s.aval[1]), s.device)
+    return t
+
+
+def _resize_view(t, view, size):
+    """resize_ of a view, as eager: the same storage seen with `size` contiguous
+    from the view's storage offset (an as_strided of its Base). A view that
+    would need more than its storage holds is refused: eager grows the storage
+    under every tensor that shares it, which a Base of fixed aval cannot."""
+    base = view.base
+    offset = t.storage_offset()
+    numel = math.prod(size)
+    if offset + numel > math.prod(base.aval[0]):
+        raise RuntimeError(
+            f"torch_xla: resize_ of a view (shape {list(t.shape)} -> {list(size)}) beyond its storage "
+            f"({math.prod(base.aval[0])} elements from offset {offset}) is not supported on XLA tensors; "
+            "resize the base tensor or use .reshape()/.clone()")
+    strides = _contiguous_strides(size)
+    node, entry = trace_node(op_info(torch.ops.aten.as_strided.default),
+                             (ValueArg(base.value, base.aval), list(size), list(strides), offset), {})
+    geom = None if offset == 0 else (strides, offset)
+    _swap_meta(t, size, view.aval[1], geom)
+    state.make_view(t, base, ((entry, 0),), entry.out_avals[0], (node, 0), base.gen)
     return t
 
 
