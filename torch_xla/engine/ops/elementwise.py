@@ -133,8 +133,11 @@ def _pow(a, b):
 @lower("lerp.Scalar", "lerp.Tensor")
 def _lerp(a, b, w):
     dt = _od()
-    a, b, w = _as(a, dt), _as(b, dt), _as(w, dt)
-    return a + w * (b - a)
+    cd = jnp.float32 if dt in _HALF else dt     # eager's float32 math for half inputs
+    a, b, w = _as(a, cd), _as(b, cd), _as(w, cd)
+    diff = b - a
+    # eager's two-sided formula: exact at both ends (weight 1 gives `end`)
+    return jnp.where(jnp.abs(w) < 0.5, a + w * diff, b - diff * (1 - w)).astype(dt)
 
 
 @lower("addcmul")
