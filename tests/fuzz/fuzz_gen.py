@@ -288,7 +288,12 @@ class Gen:
             c["values"] = values * n if len(values) == 1 else values
         name = self.new()
         st = Stmt(op="create", defs=(name,), create=c)
-        self._exec(st)
+        try:
+            self._exec(st)
+        except RuntimeError:
+            # torch.full refuses a value the dtype cannot hold (70000.0 in float16)
+            c.update(form="lit", values=c["values"] * n)
+            self._exec(st)
         self.stmts.append(st)
         return name
 
