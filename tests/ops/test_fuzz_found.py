@@ -11,6 +11,9 @@ def _both(fn):
     want = fn("cpu")
     got = fn(DEV).cpu()
     assert got.shape == want.shape and got.dtype == want.dtype
+    if got.is_floating_point():
+        assert torch.equal(got.isnan(), want.isnan())
+        got, want = got.nan_to_num(0.0), want.nan_to_num(0.0)
     assert torch.equal(got, want)
 
 
@@ -60,3 +63,37 @@ def test_lerp_is_exact_at_the_ends_and_rounds_half_once(dtype):
         want = torch.lerp(a, b, w)
         got = torch.lerp(a.to(DEV), b.to(DEV), w.to(DEV) if isinstance(w, torch.Tensor) else w).cpu()
         assert torch.equal(got, want), (w, got, want)
+
+
+def _close(fn, **tol):
+    want = fn("cpu")
+    got = fn(DEV).cpu()
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_activations_round_once_as_eager(dtype):
+    # eager computes these in float32 for half inputs and rounds once
+    F = torch.nn.functional
+    x = lambda d: torch.tensor([-5.0, -4.5, -1.971, -0.3, 0.3, 3.0], dtype=dtype, device=d)  # noqa: E731
+    for fn in (F.leaky_relu, lambda t: F.elu(t, alpha=0.5), lambda t: F.celu(t, alpha=2.0)):
+        _both(lambda d: fn(x(d)))
+    # gelu's erf tail: both sides carry float32 cancellation there
+    _close(lambda d: F.gelu(x(d)))
+    y = lambda d: torch.tensor([[[0.9634]]], device=d).to(dtype)  # noqa: E731
+    _both(lambda d: torch.addcdiv(torch.tensor(-1, device=d), torch.tensor(True, device=d), y(d)))
+    _both(lambda d: torch.addcmul(y(d), y(d), torch.tensor([3.3, -1.1], dtype=dtype, device=d), value=0.1))
+
+
+def test_logit_of_integers_and_half():
+    _both(lambda d: torch.full((3,), 6, dtype=torch.uint8, device=d).logit())
+    _both(lambda d: torch.logit(torch.tensor([[1]], dtype=torch.uint8, device=d), eps=1e-06))
+    for dtype in (torch.float16, torch.bfloat16):
+        for eps in (None, 0.1):
+            _both(lambda d: torch.logit(torch.linspace(-0.2, 1.2, 57).to(dtype).to(d), eps))
+
+
+def test_lgamma_is_zero_at_one_and_two():
+    _both(lambda d: torch.lgamma(torch.tensor([1.0, 2.0], device=d)))
+    _both(lambda d: -3 / torch.lgamma(torch.tensor([0.0, 1.0], dtype=torch.bfloat16, device=d)))

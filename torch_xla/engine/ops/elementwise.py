@@ -133,23 +133,39 @@ def _pow(a, b):
 @lower("lerp.Scalar", "lerp.Tensor")
 def _lerp(a, b, w):
     dt = _od()
-    cd = jnp.float32 if dt in _HALF else dt     # eager's float32 math for half inputs
+    cd = _opmath(dt)
     a, b, w = _as(a, cd), _as(b, cd), _as(w, cd)
     diff = b - a
     # eager's two-sided formula: exact at both ends (weight 1 gives `end`)
     return jnp.where(jnp.abs(w) < 0.5, a + w * diff, b - diff * (1 - w)).astype(dt)
 
 
+def _opmath(dt):
+    """The dtype eager's CPU kernels compute in: float32 for half inputs, rounded once."""
+    return jnp.float32 if dt in _HALF else dt
+
+
+def _half_in_float32(rule):
+    """A float rule of x that eager computes in float32 for half inputs, rounding once."""
+    def wrapped(x, *args, **kwargs):
+        if x.dtype in _HALF:
+            return rule(x.astype(jnp.float32), *args, **kwargs).astype(x.dtype)
+        return rule(x, *args, **kwargs)
+    return wrapped
+
+
 @lower("addcmul")
 def _addcmul(x, t1, t2, value=1):
     dt = _od()
-    return _as(x, dt) + _as(value, dt) * _as(t1, dt) * _as(t2, dt)
+    cd = _opmath(dt)
+    return (_as(x, cd) + _as(value, cd) * _as(t1, cd) * _as(t2, cd)).astype(dt)
 
 
 @lower("addcdiv")
 def _addcdiv(x, t1, t2, value=1):
     dt = _od()
-    return _as(x, dt) + _as(value, dt) * (_as(t1, dt) / _as(t2, dt))
+    cd = _opmath(dt)
+    return (_as(x, cd) + _as(value, cd) * (_as(t1, cd) / _as(t2, cd))).astype(dt)
 
 
 # -- bitwise / logical -------------------------------------------------------
@@ -238,7 +254,9 @@ _UNARY = {
     "arctanh": jnp.arctanh, "sigmoid": jax.nn.sigmoid, "erf": jax.scipy.special.erf,
     "erfc": jax.scipy.special.erfc, "erfinv": jax.scipy.special.erfinv, "reciprocal": jnp.reciprocal,
     "floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc, "fix": jnp.trunc, "frac": lambda x: x - jnp.trunc(x),
-    "square": jnp.square, "lgamma": jax.scipy.special.gammaln,
+    "square": jnp.square,
+    # exactly 0 at 1 and 2, as eager's std::lgamma (JAX's series gives 4.8e-7 at 1 in float32)
+    "lgamma": lambda x: jnp.where((x == 1) | (x == 2), jnp.zeros((), x.dtype), jax.scipy.special.gammaln(x)),
     "i0": jax.scipy.special.i0, "sinc": jnp.sinc,
     "deg2rad": jnp.deg2rad, "rad2deg": jnp.rad2deg, "positive": lambda x: x,
     "silu": jax.nn.silu, "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
@@ -357,6 +375,7 @@ def _round(x, decimals=0):
 
 
 @lower("gelu")
+@_half_in_float32
 def _gelu(x, approximate="none"):
     if approximate == "tanh":
         return jax.nn.gelu(x, approximate=True)
@@ -369,17 +388,20 @@ def _gelu_backward(grad, x, approximate="none"):
 
 
 @lower("leaky_relu")
+@_half_in_float32
 def _leaky_relu(x, negative_slope=0.01):
     return jnp.where(x > 0, x, x * _as(negative_slope, x.dtype))
 
 
 @lower("elu")
+@_half_in_float32
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     dt = x.dtype
     return jnp.where(x > 0, x * _as(scale, dt), _as(alpha, dt) * _as(scale, dt) * jnp.expm1(x * _as(input_scale, dt)))
 
 
 @lower("celu")
+@_half_in_float32
 def _celu(x, alpha=1.0):
     return jax.nn.celu(x, alpha)
 
@@ -408,9 +430,19 @@ def _threshold_backward(grad, x, threshold):
 
 @lower("logit")
 def _logit(x, eps=None):
+    dt = _od()
+    x = _as(x, dt)                      # integer inputs too (1 - x wrapped in uint8)
+    if dt not in _HALF:
+        if eps is not None:
+            x = jnp.clip(x, eps, 1 - eps)
+        return jnp.log(x / (1 - x))
+    # half inputs as eager: the clamp and x / (1 - x) rounded to the dtype, the log in
+    # float32 rounded once
+    x = x.astype(jnp.float32)
     if eps is not None:
-        x = jnp.clip(x, eps, 1 - eps)
-    return jnp.log(x / (1 - x))
+        x = jnp.clip(x, eps, 1 - eps).astype(dt).astype(jnp.float32)
+    r = (x / (1 - x).astype(dt).astype(jnp.float32)).astype(dt).astype(jnp.float32)
+    return jnp.log(r).astype(dt)
 
 
 @lower("nan_to_num")
