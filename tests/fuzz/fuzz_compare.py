@@ -42,6 +42,30 @@ SIGN_FREE = {
 }
 
 
+_HALF_TOKENS = {torch.float16: ("float16", ".half()"), torch.bfloat16: ("bfloat16",)}
+
+
+def half_lineage(prog):
+    """var -> the half dtypes its value went through (created in, cast to): its floats
+    are compared at that precision (a float32 cast of a float16 result carries the
+    float16 rounding)."""
+    lin = {}
+    for st in prog.stmts:
+        own = set()
+        if st.create is not None:
+            if st.create["dtype"] in _HALF_TOKENS:
+                own.add(st.create["dtype"])
+        else:
+            for dt, toks in _HALF_TOKENS.items():
+                if any(t in st.code for t in toks):
+                    own.add(dt)
+        for u in st.uses:
+            own |= lin.get(u, set())
+        for n in tuple(st.defs) + tuple(st.touches):
+            lin[n] = lin.get(n, set()) | own
+    return lin
+
+
 def last_writers(prog):
     """var -> op of the last statement that bound it or may have changed it."""
     w = {}
@@ -89,8 +113,9 @@ def _fmt(t):
     return f"{tuple(t.shape)} {t.dtype} {t.tolist()}"
 
 
-def tensor_diff(want, got):
-    """None if equal under the dtype's tolerance, else (kind, detail). `got` is on the CPU."""
+def tensor_diff(want, got, halves=()):
+    """None if equal under the dtype's tolerance (or the loosest of `halves`, the half
+    dtypes the value went through), else (kind, detail). `got` is on the CPU."""
     if want.shape != got.shape:
         return "shape", f"shape {tuple(want.shape)} vs {tuple(got.shape)}"
     if want.dtype != got.dtype:
@@ -102,7 +127,7 @@ def tensor_diff(want, got):
         if torch.equal(w, g):
             return None
         return "value", f"eager {_fmt(w)}\n  xla   {_fmt(g)}"
-    rtol, atol = TOL[w.dtype]
+    rtol, atol = max([TOL[w.dtype]] + [TOL[h] for h in halves])
     w64, g64 = w.double(), g.double()
     both_nan = w64.isnan() & g64.isnan()
     fin = w64.isfinite() & g64.isfinite()
@@ -117,13 +142,13 @@ def tensor_diff(want, got):
     return None
 
 
-def _num_diff(a, b):
+def _num_diff(a, b, rtol=1e-3):
     if type(a) is not type(b):
         return f"{type(a).__name__} {a!r} vs {type(b).__name__} {b!r}"
     if isinstance(a, float):
         if math.isnan(a) and math.isnan(b):
             return None
-        if a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-5 + 1e-3 * abs(a)):
+        if a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-5 + rtol * abs(a)):
             return None
         return f"{a!r} vs {b!r}"
     return None if a == b else f"{a!r} vs {b!r}"
@@ -131,6 +156,8 @@ def _num_diff(a, b):
 
 def compare_values(prog, eager, xla):
     writers = last_writers(prog)
+    lineage = half_lineage(prog)
+    every_half = set().union(*lineage.values()) if lineage else set()
     signed_zeros = not ({st.op for st in prog.stmts} & SIGN_FREE)
     out = []
     names = sorted(set(eager.ns) | set(xla.ns), key=lambda n: int(n[1:]))
@@ -146,7 +173,7 @@ def compare_values(prog, eager, xla):
                         "detail": f"{n}: eager {type(w).__name__}, XLA {type(g).__name__}"})
             continue
         if not isinstance(w, torch.Tensor):
-            d = _num_diff(w, g)
+            d = _num_diff(w, g, 1.6e-2 if torch.bfloat16 in lineage.get(n, ()) else 1e-3)
             if d:
                 out.append({"kind": "pyvalue", "op": op, "var": n, "detail": f"{n}: {d}"})
             continue
@@ -159,7 +186,7 @@ def compare_values(prog, eager, xla):
             out.append({"kind": "crash", "op": op, "var": n, "sig": f"{type(e).__name__}@read",
                         "detail": f"reading {n}: {type(e).__name__}: {str(e)[:300]}"})
             continue
-        d = tensor_diff(w, gc)
+        d = tensor_diff(w, gc, lineage.get(n, ()))
         if d and d[0] == "signed_zero" and not signed_zeros:
             d = None
         if d:
@@ -175,7 +202,7 @@ def compare_values(prog, eager, xla):
                                       f"XLA {'None' if gg is None else 'a tensor'}"})
             elif wg is not None:
                 try:
-                    d = tensor_diff(wg, gg.detach().cpu())
+                    d = tensor_diff(wg, gg.detach().cpu(), every_half)
                 except Exception as e:  # noqa: BLE001
                     d = ("crash", f"reading {n}.grad: {type(e).__name__}: {e}")
                 if d:

@@ -192,7 +192,8 @@ def main(argv=None):
     p.add_argument("--shrink-budget", type=float, default=60.0, help="seconds of shrinking per failure")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per program (shrinking excluded)")
     p.add_argument("--exclude", type=lambda s: [x for x in s.split(",") if x], default=[],
-                   help="generator families to leave out (gen.OPS names, 'backward')")
+                   help="generator families to leave out (fuzz_gen.OPS names, 'backward'; 'raises': "
+                        "no statement that eager refuses)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--show", action="store_true", help="run the seeds here, printing each program")
     p.add_argument("--recycle", type=int, default=500, help="programs per worker before a fresh one")
