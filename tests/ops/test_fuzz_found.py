@@ -97,3 +97,9 @@ def test_logit_of_integers_and_half():
 def test_lgamma_is_zero_at_one_and_two():
     _both(lambda d: torch.lgamma(torch.tensor([1.0, 2.0], device=d)))
     _both(lambda d: -3 / torch.lgamma(torch.tensor([0.0, 1.0], dtype=torch.bfloat16, device=d)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_median_of_nothing_is_nan(dtype):
+    _both(lambda d: torch.zeros((1, 0, 2), dtype=dtype, device=d).median())
+    _both(lambda d: torch.zeros((0,), dtype=dtype, device=d).nanmedian())
