@@ -103,3 +103,8 @@ def test_lgamma_is_zero_at_one_and_two():
 def test_median_of_nothing_is_nan(dtype):
     _both(lambda d: torch.zeros((1, 0, 2), dtype=dtype, device=d).median())
     _both(lambda d: torch.zeros((0,), dtype=dtype, device=d).nanmedian())
+
+
+def test_celu_keeps_negative_zero():
+    _both(lambda d: torch.nn.functional.celu(torch.tensor([0.0, -0.0, -2.0, 3.0], device=d), alpha=0.5).signbit())
+    _both(lambda d: torch.nn.functional.celu(torch.tensor([0.0, -0.0, -2.0, 3.0], device=d), alpha=0.5))

@@ -403,7 +403,8 @@ def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
 @lower("celu")
 @_half_in_float32
 def _celu(x, alpha=1.0):
-    return jax.nn.celu(x, alpha)
+    # eager's select keeps -0.0 (jax.nn.celu's max(x, 0) + ... gives +0.0)
+    return jnp.where(x > 0, x, _as(alpha, x.dtype) * jnp.expm1(x / _as(alpha, x.dtype)))
 
 
 @lower("softplus")
