@@ -294,7 +294,9 @@ _UNARY = {
     "arctanh": jnp.arctanh, "sigmoid": jax.nn.sigmoid, "erf": jax.scipy.special.erf,
     "erfc": jax.scipy.special.erfc, "erfinv": jax.scipy.special.erfinv, "reciprocal": jnp.reciprocal,
     "floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc, "fix": jnp.trunc, "frac": lambda x: x - jnp.trunc(x),
-    "square": jnp.square, "lgamma": jax.scipy.special.gammaln,
+    "square": jnp.square,
+    # exactly 0 at 1 and 2, as eager's std::lgamma (JAX's series gives 4.8e-7 at 1 in float32)
+    "lgamma": lambda x: jnp.where((x == 1) | (x == 2), jnp.zeros((), x.dtype), jax.scipy.special.gammaln(x)),
     "i0": jax.scipy.special.i0, "sinc": jnp.sinc,
     "deg2rad": jnp.deg2rad, "rad2deg": jnp.rad2deg, "positive": lambda x: x,
     "silu": jax.nn.silu, "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
@@ -444,7 +446,8 @@ def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
 @lower("celu")
 @nx.opmath
 def _celu(x, alpha=1.0):
-    return jax.nn.celu(x, alpha)
+    # eager's select keeps -0.0 (jax.nn.celu's max(x, 0) + ... gives +0.0)
+    return jnp.where(x > 0, x, _as(alpha, x.dtype) * jnp.expm1(x / _as(alpha, x.dtype)))
 
 
 @lower("softplus")
@@ -472,9 +475,19 @@ def _threshold_backward(grad, x, threshold):
 
 @lower("logit")   # in the input's type: eager's half kernel rounds x / (1 - x) before the log
 def _logit(x, eps=None):
+    dt = out_dtype()
+    x = _as(x, dt)                      # integer inputs too (1 - x wrapped in uint8)
+    if dt not in _HALF:
+        if eps is not None:
+            x = jnp.clip(x, eps, 1 - eps)
+        return jnp.log(x / (1 - x))
+    # half inputs as eager: the clamp and x / (1 - x) rounded to the dtype, the log in
+    # float32 rounded once
+    x = x.astype(jnp.float32)
     if eps is not None:
-        x = jnp.clip(x, eps, 1 - eps)
-    return jnp.log(x / (1 - x))
+        x = jnp.clip(x, eps, 1 - eps).astype(dt).astype(jnp.float32)
+    r = (x / (1 - x).astype(dt).astype(jnp.float32)).astype(dt).astype(jnp.float32)
+    return jnp.log(r).astype(dt)
 
 
 @lower("nan_to_num")

@@ -4,6 +4,7 @@ Shapes and dtypes come from PyTorch's meta kernels (ctx.entry.out_avals).
 `empty*` gives zeros: XLA has no uninitialised memory, and zeros are free.
 """
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .context import out_dtype, out_shape
@@ -41,7 +42,18 @@ def _new_full(x, size, fill_value, **kwargs):
 
 @lower("scalar_tensor")
 def _scalar_tensor(s, **kwargs):
-    return jnp.asarray(s, out_dtype())
+    dt = out_dtype()
+    if isinstance(s, int) and not isinstance(s, bool) and jnp.issubdtype(dt, jnp.integer):
+        # eager's checked conversion (c10::overflows): a signed dtype takes [min, max], an
+        # unsigned one [-max, max], wrapping (`t[i] = -1` on uint8 writes 255)
+        info = np.iinfo(dt)
+        lo = info.min if info.min < 0 else -int(info.max)
+        if not lo <= s <= info.max:
+            name = {1: "int8_t", 2: "int16_t", 4: "int", 8: "int64_t"}[info.bits // 8] if info.min < 0 \
+                else f"uint{info.bits}_t"
+            raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+        return jnp.asarray(np.asarray(s, np.int64).astype(dt))
+    return jnp.asarray(s, dt)
 
 
 @lower("arange", "arange.start", "arange.start_step")

@@ -379,12 +379,23 @@ def _nanmedian_dim(x, dim, keepdim=False):
     return _pick(x, dim, keepdim, lambda x, d: _median_pos(x, d, True))
 
 
+def _nan_if_empty(rule):
+    """eager's median of an empty float tensor is nan (the rules would read index 0)"""
+    def wrapped(x):
+        if x.size == 0 and jnp.issubdtype(x.dtype, jnp.floating):
+            return jnp.full((), jnp.nan, x.dtype)
+        return rule(x)
+    return wrapped
+
+
 @lower("median")
+@_nan_if_empty
 def _median(x):
     return _median_dim(x.reshape(-1), 0)[0]
 
 
 @lower("nanmedian")
+@_nan_if_empty
 def _nanmedian(x):
     return _nanmedian_dim(x.reshape(-1), 0)[0]
 

@@ -84,7 +84,7 @@ def _diagonal(x, offset=0, dim1=0, dim2=1):
 @lower("unfold", "unfold_copy")
 def _unfold(x, dim, size, step):
     if x.ndim == 0:
-        return x.reshape(1)
+        return jnp.broadcast_to(x, out_shape())   # (1,), or (0,) for size 0
     d = dim % x.ndim
     n = (x.shape[d] - size) // step + 1
     starts = np.arange(n) * step
@@ -298,6 +298,8 @@ def _index_select(x, dim, index):
 
 @lower("gather")
 def _gather(x, dim, index, sparse_grad=False):
+    if index.size == 0:
+        return jnp.zeros(index.shape, x.dtype)   # PyTorch checks no ranks for an empty index
     if x.ndim == 0:
         return x.reshape(index.shape)
     d = dim % x.ndim
@@ -315,6 +317,8 @@ def _scatter_idx(x, dim, index):
 
 @lower("scatter.src", "scatter.value", "scatter.reduce", "scatter.value_reduce")
 def _scatter(x, dim, index, src, reduce=None):
+    if index.size == 0:
+        return x                                 # nothing written (any ranks, as eager)
     if x.ndim == 0:
         return jnp.asarray(src, x.dtype).reshape(()) if not hasattr(src, "shape") else src.reshape(()).astype(x.dtype)
     if hasattr(src, "shape") and src.ndim:
@@ -345,6 +349,8 @@ def _bool_via_int(rule):
 @lower("scatter_add")
 @_bool_via_int
 def _scatter_add(x, dim, index, src):
+    if index.size == 0:
+        return x
     if x.ndim == 0:
         return x + src.reshape(())
     src = src[tuple(slice(0, n) for n in index.shape)]
@@ -354,6 +360,8 @@ def _scatter_add(x, dim, index, src):
 @lower("scatter_reduce.two")
 @_bool_via_int
 def _scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    if index.size == 0:
+        return x
     if x.ndim == 0:
         x = x.reshape(1)
         index = index.reshape(1)
