@@ -1,5 +1,5 @@
 """Core benchmark: tracing cost, per-step tracing, cached training-step time and
-compile time, side by side (project issue 15).
+compile time, side by side.
 
 Competitors in one run (this machine is noisy; the ratios are what count):
   * torch_xla (this project): lazy tracing + cached XLA executable

@@ -1,4 +1,4 @@
-"""Convolutions on the CPU and the persistent compilation cache (project issue 15).
+"""Convolutions on the CPU and the persistent compilation cache.
 
     python benchmarks/bench_resnet.py [--batch 16] [--steps 4] [--quick]
 

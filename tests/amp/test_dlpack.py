@@ -28,7 +28,7 @@ def test_xla_to_jax_and_back(dev, dtype):
 def test_torch_utils_dlpack_of_xla_tensor(dev):
     cpu = torch.randn(2, 5)
     t = cpu.to(dev) + 1
-    cap = torch.utils.dlpack.to_dlpack(t)        # was: AttributeError ... '_xb'
+    cap = torch.utils.dlpack.to_dlpack(t)
     u = torch.utils.dlpack.from_dlpack(cap)
     assert u.device.type in ("cpu", "cuda")
     torch.testing.assert_close(u.cpu(), cpu + 1)

@@ -1,4 +1,4 @@
-"""The core benchmark (issue 15) runs end to end in its --quick form without upstream:
+"""The core benchmark runs end to end in its --quick form without upstream:
 every section prints, each target line shows the issue's value and a verdict, and the
 compile section measured both torch graphs of a fresh process with no disk cache."""
 import os

@@ -1,4 +1,4 @@
-"""bench_resnet --quick (issue 15's convolution and persistent-cache items) runs end
+"""bench_resnet --quick (convolutions and the persistent cache) runs end
 to end without upstream: the ResNet step table has every CPU competitor and its
 ratios, and a second process with the cache compiled nothing."""
 import re

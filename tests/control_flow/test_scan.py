@@ -202,7 +202,7 @@ def test_scan_layers_trains_like_unrolled_with_one_body(dev):
 
 
 class Encoder(nn.Module):
-    """issue 13's model: a stack of identical transformer layers (batch first, so
+    """A stack of identical transformer layers (batch first, so
     attention projects a non-contiguous activation), unrolled or one scan_layers."""
 
     def __init__(self, n, scanned, d=32):
