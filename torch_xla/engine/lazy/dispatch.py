@@ -15,7 +15,7 @@ from torch._decomp import decomposition_table
 from ..ir.node import OP, Node
 from ..ops import checks, registry
 from . import fallback, index_checks, tracing, views
-from .tensor import _handlers, new_base
+from .tensor import XLATensor, _handlers, new_base
 from .tracing import (DeviceMismatch, device_mismatch_error, make_entry, meta_arg, op_info,  # noqa: F401
                       walk_args, wrap)
 from .views import assign_result
@@ -112,8 +112,43 @@ def functional_handler(info):
     return h
 
 
+def _fast_key(a):
+    """A key of a decomposition's argument: avals for XLA tensors, types for float
+    operands, values otherwise (unhashable where the value is)."""
+    t = type(a)
+    if t is XLATensor:
+        return a._lazy.aval
+    if t is float or t is complex:
+        return t
+    if t is list or t is tuple:
+        return tuple(_fast_key(x) for x in a)
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, tuple(a.shape), a.device.type)
+    try:
+        hash(a)
+    except TypeError:
+        return []
+    return (t, a)
+
+
 def _decomp_handler(func, decomp):
+    passed = set()   # argument keys eager's checks passed (checks.refusal)
+
     def h(args, kwargs):
+        # the dtypes eager's CPU kernel refuses (the rule's own ops might take them),
+        # asked once per argument key: this is a per-call path
+        key = (_fast_key(args), _fast_key(tuple(kwargs.items())) if kwargs else ())
+        try:
+            known = key in passed
+        except TypeError:   # an unhashable argument
+            key, known = None, False
+        if not known:
+            refused = checks.refusal(func, args, kwargs)
+            if refused is not None:
+                raise tracing.with_note(tracing.dimension_error(refused),
+                                        tracing.tracing_note(func.name().split("::")[-1], args, kwargs))
+            if key is not None:
+                passed.add(key)
         out = decomp(*args, **kwargs)
         if out is NotImplemented:  # the rule does not cover these arguments
             return fallback.run_on_cpu(func, args, kwargs)
