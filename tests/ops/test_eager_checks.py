@@ -186,6 +186,143 @@ def test_a_large_result_from_size_arguments_is_not_computed_on_the_cpu(monkeypat
     assert torch.ops.aten.new_full.default not in calls
 
 
+# -- 2. writes of a larger broadcast into self, values into an indexing result -----
+
+Z3, Z23 = torch.zeros(3), torch.zeros(2, 3)
+
+
+@pytest.mark.parametrize("name,fn,args", [
+    ("copy_", lambda a, b: a.clone().copy_(b), (Z3, Z23)),
+    ("copy_rank", lambda a, b: a.clone().copy_(b), (torch.zeros(3, 2, 5), torch.zeros(1, 3, 2, 5))),
+    ("copy_incompatible", lambda a, b: a.clone().copy_(b), (Z23, torch.zeros(4))),
+    ("eq_", lambda a, b: a.clone().eq_(b), (Z3, Z23)),
+    ("lt_", lambda a, b: a.clone().lt_(b), (Z3, Z23)),
+    ("fmod_", lambda a, b: a.clone().fmod_(b), (torch.ones(2), torch.ones(3, 0, 2))),
+    ("pow_", lambda a, b: a.clone().pow_(b), (Z3, Z23)),
+    ("remainder_", lambda a, b: a.clone().remainder_(b), (Z3 + 1, Z23 + 1)),
+    ("atan2_", lambda a, b: a.clone().atan2_(b), (Z3, Z23)),
+    ("clamp_min_", lambda a, b: a.clone().clamp_min_(b), (Z3, Z23)),
+    ("clamp_max_", lambda a, b: a.clone().clamp_max_(b), (Z3, Z23)),
+    ("floor_divide_", lambda a, b: a.clone().floor_divide_(b), (Z3 + 1, Z23 + 1)),
+    ("bitwise_or_", lambda a, b: a.clone().bitwise_or_(b), (L[0], L)),
+    ("lerp_", lambda a, b: a.clone().lerp_(b, 0.5), (torch.zeros(1), torch.zeros(3, 2))),
+    ("addmm_", lambda a, b, c: a.clone().addmm_(b, c), (Z3, torch.zeros(2, 2), Z23)),
+])
+def test_a_larger_broadcast_is_not_written_into_self(name, fn, args):
+    _raises_like(fn, *args)
+
+
+def test_copy_from_the_cpu_checks_the_broadcast_too():
+    eager = _eager_exc(lambda: torch.zeros(3).copy_(torch.zeros(2, 3)))
+    with pytest.raises(RuntimeError, match=re.escape(str(eager))):
+        torch.zeros(3, device=DEV).copy_(torch.zeros(2, 3))
+    t = torch.zeros(2, 3, device=DEV)
+    t.copy_(torch.arange(3.))                       # broadcasts, as in eager
+    assert torch.equal(t.cpu(), torch.arange(3.).expand(2, 3))
+
+
+def _put(x, idx, v):
+    x = x.clone()
+    x[idx] = v
+    return x
+
+
+MASK = torch.tensor([False, True, True, True, True])
+
+
+@pytest.mark.parametrize("name,args", [
+    ("int_index", (torch.zeros(3, 3), torch.tensor([0]), torch.zeros(2, 1))),
+    ("int_index_rows", (torch.zeros(5, dtype=torch.float64), torch.tensor([1, 2]), torch.zeros(3, dtype=torch.float64))),
+    ("leading_mask", (torch.zeros(5, dtype=torch.float64), MASK, torch.zeros(2, 1, dtype=torch.float64))),
+    ("full_mask_nothing_selected", (torch.zeros(2, 3, 4), torch.zeros(2, 3, 4, dtype=torch.bool), torch.zeros(2, 1))),
+    ("dtype_int_index", (torch.zeros(5, dtype=torch.float64), torch.tensor([1, 2]), torch.zeros(2).half())),
+    ("dtype_leading_mask", (torch.zeros(5, dtype=torch.float64), MASK, torch.zeros(4).half())),
+    ("dtype_long_float", (torch.zeros(3, dtype=torch.long), torch.tensor([0]), torch.tensor(1.5))),
+])
+def test_setitem_checks_the_values_as_eager(name, args):
+    _raises_like(_put, *args)
+
+
+def test_setitem_runs_where_eager_does():
+    _same(_put, torch.zeros(3, 3), torch.tensor([0, 1]), torch.ones(2, 3))
+    _same(_put, torch.zeros(5, dtype=torch.float64), MASK, torch.tensor(2.0).half())  # one value: a fill
+    _same(_put, torch.zeros(5, dtype=torch.float64), MASK, torch.arange(4.).double())
+    _same(_put, torch.zeros(2, 3), torch.tensor([[True, False, True], [False, False, True]]), torch.ones(3))
+
+
+# -- 3. out= tensors ------------------------------------------------------------------
+
+def _out(dtype, *shape):
+    return lambda dev: torch.zeros(*shape, dtype=dtype, device=dev)
+
+
+@pytest.mark.parametrize("name,fn,args", [
+    ("floor_half_into_bf16", lambda x: torch.floor(x, out=torch.zeros(2, 2, dtype=torch.bfloat16, device=x.device)), (H,)),
+    ("neg_into_uint8", lambda x: torch.neg(x, out=torch.zeros(2, 2, dtype=torch.uint8, device=x.device)), (F,)),
+    ("mm_into_double", lambda x: torch.mm(x, x, out=torch.zeros(2, 2, dtype=torch.float64, device=x.device)), (F,)),
+    ("where_into_double", lambda x: torch.where(x > 0, x, x, out=torch.zeros(2, 2, dtype=torch.float64, device=x.device)), (F,)),
+    ("maximum_into_long", lambda x, y: torch.maximum(x, y, out=torch.zeros(2, 2, dtype=torch.long, device=x.device)), (F, D)),
+    ("clamp_into_long", lambda x: torch.clamp(x, 0, 1, out=torch.zeros(2, 2, dtype=torch.long, device=x.device)), (F,)),
+    ("cat_into_long", lambda x: torch.cat([x], out=torch.zeros(2, 2, dtype=torch.long, device=x.device)), (F,)),
+    ("stack_into_int", lambda x: torch.stack([x], out=torch.zeros(1, 2, 2, dtype=torch.int32, device=x.device)), (F,)),
+    ("floor_refused_dtype_first", lambda x: torch.floor(x, out=torch.zeros(2, 2, dtype=torch.long, device=x.device)), (B,)),
+])
+def test_an_out_tensor_of_a_dtype_eager_refuses(name, fn, args):
+    _raises_like(fn, *args)
+
+
+def test_an_out_tensor_eager_casts_into_still_works():
+    _same(lambda x: torch.add(x, 1, out=torch.zeros(2, 2, dtype=torch.float64, device=x.device)), F)
+    _same(lambda x: torch.cat([x], out=torch.zeros(2, 2, dtype=torch.float64, device=x.device)), F)
+    _same(lambda x: torch.sum(x, 0, out=torch.zeros(2, dtype=torch.float64, device=x.device)), F)
+
+
+def _select_into_view(x):
+    x = x.clone()
+    return torch.index_select(x, 0, torch.tensor([0, 1], device=x.device), out=x[1:3])
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("index_select", _select_into_view),
+    ("add_partial", lambda x: _add_partial(x)),
+    ("cat", lambda x: _cat_overlap(x)),
+    ("gather", lambda x: _gather_overlap(x)),
+    ("where_out_is_an_input_of_another_shape", lambda x: _where_into_input(x)),
+])
+def test_an_out_tensor_sharing_memory_with_an_input(name, fn):
+    _raises_like(fn, torch.arange(6.))
+
+
+def _add_partial(x):
+    x = x.clone()
+    return torch.add(x[:3], 1, out=x[1:4])
+
+
+def _cat_overlap(x):
+    x = x.clone()
+    return torch.cat([x[:2], x[2:4]], out=x[:4])
+
+
+def _gather_overlap(x):
+    x = x.clone()
+    return torch.gather(x, 0, torch.tensor([0, 1], device=x.device), out=x[1:3])
+
+
+def _where_into_input(x):
+    y = x.sum()
+    return torch.where(x.view(2, 3) > 0, x.view(2, 3), y, out=y)
+
+
+def test_overlaps_eager_allows_still_run():
+    def same_memory(x):
+        x = x.clone()
+        torch.abs(x, out=x)                              # the whole tensor: elementwise
+        torch.sum(x[:3].view(1, 3), 0, out=x[3:])        # one storage, no shared element
+        torch.index_select(x[:2], 0, torch.tensor([1, 0], device=x.device), out=x[4:])
+        return x
+    _same(same_memory, torch.arange(6.) - 3)
+
+
 # -- 4. checks the meta kernels skip -----------------------------------------------------
 
 @pytest.mark.parametrize("name,fn,args", [

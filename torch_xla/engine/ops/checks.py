@@ -48,6 +48,18 @@ def diagnose(name, args, kwargs):
         return None
 
 
+_SCALAR_TYPE = {
+    torch.float64: "Double", torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+
+def scalar_type_name(dtype):
+    """`Float`: a dtype as eager's messages name it (its ScalarType)."""
+    return _SCALAR_TYPE.get(dtype, str(dtype).replace("torch.", ""))
+
+
 def shape_text(t):
     """`f32[2,3]`: a tensor's type as upstream prints it in messages."""
     dt = _SHORT.get(t.dtype, str(t.dtype).replace("torch.", ""))
@@ -715,3 +727,44 @@ def refused_call(op, args, kwargs):
         return refusal(op, args, kwargs)
     got = _half_gap(op, args, kwargs, _refused(op, args, kwargs, real=True), real=True)
     return None if got is None or got is _UNSURE else got[0](got[1])
+
+
+# ---------------------------------------------------------------------------
+# out= tensors of another dtype than the result's
+#
+# Eager casts a result into an out= tensor of another dtype where the result
+# type can be cast to it (`add(f32, 1, out=f64)`), and refuses elsewhere, in
+# each kernel's words: "result type Double can't be cast to the desired output
+# type Long", "Found dtype Half but expected BFloat16" (floor), "Expected out
+# tensor to have dtype float, but got double instead" (mm), TypeError for cat.
+# Eager decides on stand-ins: its error is the call's when the same call with
+# out= tensors of the result's dtypes passes (so the error is about the dtypes).
+
+_OUT_DECIDED = {}
+
+
+def out_refusal(op, args, kwargs, wanted):
+    """Eager's error for the out= tensors of `op` whose dtypes are not the
+    result's (`wanted`: out argument name -> result dtype), or None. args and
+    kwargs: meta tensors and Python values, out= tensors among kwargs."""
+    try:
+        key = (op, tuple(_key_of(a) for a in args), tuple((k, _key_of(v)) for k, v in kwargs.items()))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _OUT_DECIDED:
+        got = _OUT_DECIDED[key]
+    else:
+        got = None
+        fill = PROBED.get(op.overloadpacket.__name__, 1)   # index stand-ins 0 where an op reads them
+        fill = fill[0] if isinstance(fill, tuple) else fill
+        err = eager_error(op, args, kwargs, fill)
+        if err is not None:
+            fixed = dict(kwargs)
+            for name, dtype in wanted.items():
+                fixed[name] = torch.empty(kwargs[name].shape, dtype=dtype, device="meta")
+            if eager_error(op, args, fixed, fill) is None:
+                got = (type(err), str(err))
+        if key is not None:
+            _OUT_DECIDED[key] = got
+    return None if got is None else got[0](got[1])
