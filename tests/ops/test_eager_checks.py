@@ -343,6 +343,33 @@ def test_dtype_and_rank_checks(name, fn, args):
     _raises_like(fn, *args)
 
 
+@pytest.mark.parametrize("name,fn", [
+    ("fill_uint8", lambda d: torch.zeros(2, dtype=torch.uint8, device=d).fill_(300)),
+    ("fill_int8_float", lambda d: torch.zeros(2, dtype=torch.int8, device=d).fill_(255.5)),
+    ("full_uint8", lambda d: torch.full((2,), 300, dtype=torch.uint8, device=d)),
+    ("full_int8", lambda d: torch.full((2,), -129, dtype=torch.int8, device=d)),
+    ("full_float_default", lambda d: torch.full((2,), 1e40, device=d)),
+    ("full_half_pair", lambda d: torch.full((2,), 70000., dtype=torch.float16, device=d)),
+    ("full_like_uint8", lambda d: torch.full_like(torch.zeros(2, dtype=torch.uint8, device=d), 300)),
+    ("new_full_uint8", lambda d: torch.zeros(2, dtype=torch.uint8, device=d).new_full((2,), 300)),
+    ("setitem_uint8", lambda d: _put(torch.zeros(2, dtype=torch.uint8, device=d), 0, 300)),
+])
+def test_a_number_that_overflows_the_dtype(name, fn):
+    eager = _eager_exc(fn, "cpu")
+    with pytest.raises(RuntimeError, match=re.escape(str(eager))):
+        _cpu(fn(DEV))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("fill_uint8_negative", lambda d: torch.zeros(2, dtype=torch.uint8, device=d).fill_(-1)),
+    ("full_half_single", lambda d: torch.full((1,), 70000., dtype=torch.float16, device=d)),
+    ("full_inf", lambda d: torch.full((2,), float("inf"), dtype=torch.float16, device=d)),
+    ("fill_bool", lambda d: torch.zeros(2, dtype=torch.bool, device=d).fill_(5)),
+])
+def test_a_number_eager_converts(name, fn):
+    torch.testing.assert_close(_cpu(fn(DEV)), fn("cpu"), equal_nan=True)
+
+
 E = torch.zeros(0, 3)
 
 

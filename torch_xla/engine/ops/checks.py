@@ -6,8 +6,12 @@ and returns upstream's message for what is wrong, or None. A check runs only
 after the op has failed: tracing consults it when the meta kernel refuses a call
 (a memo miss, so a good call pays nothing), and the dispatcher wraps the ops that
 fail elsewhere (decompositions). The ops listed with `always=True`, which
-PyTorch's meta kernels do not validate (`random_`, `uniform_`), are checked
-before they run: there a missing check would be a silent wrong answer.
+PyTorch's meta kernels do not validate (`random_`, `uniform_`; a fill value that
+overflows the dtype in `fill_`, `full`, ...), are checked before they run: there
+a missing check would be a silent wrong answer.
+
+Below the checks: eager's own dtype and rank checks, asked of eager on CPU
+stand-ins (PROBED, `refusal`, `out_refusal`).
 """
 import re
 import warnings
@@ -136,13 +140,85 @@ def _flip(args, kwargs):
             f"Consider changing dims from {dims} to {sorted(counts)}.")
 
 
-@check("full")
+@check("full", always=True)
 def _full(args, kwargs):
     size = list(_arg(args, kwargs, 0, "size", []))
     if any(s < 0 for s in size):
         return (f"full(): expected concrete sizes (i.e. non-symbolic) to be positive values. "
                 f"However found negative ones: {size}.")
-    return None
+    value = _arg(args, kwargs, 1, "fill_value")
+    n = 1
+    for s in size:
+        n *= s
+    return fill_error(kwargs.get("dtype") or _inferred_dtype(value), value, n)
+
+
+# ---------------------------------------------------------------------------
+# a Python number filled into a tensor of a narrower type
+
+def _inferred_dtype(value):
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, complex):
+        return torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
+    return torch.get_default_dtype()
+
+
+_FILLS = {}   # (dtype, number, size class) -> eager's message or None
+
+
+def fill_error(dtype, value, numel):
+    """Eager's message when filling `numel` elements of `dtype` with the Python
+    number `value` overflows ("value cannot be converted to type uint8_t without
+    overflow"), or None. Eager decides, on a CPU tensor of the same dtype and the
+    same size class (its kernel checks a single element's conversion on another
+    path than many elements': float16 takes 70000 alone, not in a pair)."""
+    if not isinstance(value, (int, float, complex)) or isinstance(value, bool) or dtype == torch.bool:
+        return None
+    n = 0 if numel == 0 else 1 if numel == 1 else 2
+    key = (dtype, type(value), value, n)
+    got = _FILLS.get(key, key)
+    if got is key:
+        try:
+            torch.empty(n, dtype=dtype, device="cpu").fill_(value)
+            got = None
+        except RuntimeError as e:
+            got = str(e)
+        except Exception:  # noqa: BLE001  (a dtype eager's CPU kernels do not fill)
+            got = None
+        if len(_FILLS) > 4096:
+            _FILLS.clear()
+        _FILLS[key] = got
+    return got
+
+
+@check("fill", always=True)
+def _fill(args, kwargs):
+    x, value = args[0], _arg(args, kwargs, 1, "value")
+    return fill_error(x.dtype, value, x.numel())
+
+
+@check("scalar_tensor", always=True)
+def _scalar_tensor(args, kwargs):
+    value = _arg(args, kwargs, 0, "s")
+    return fill_error(kwargs.get("dtype") or _inferred_dtype(value), value, 1)
+
+
+@check("full_like", always=True)
+def _full_like(args, kwargs):
+    x, value = args[0], _arg(args, kwargs, 1, "fill_value")
+    return fill_error(kwargs.get("dtype") or x.dtype, value, x.numel())
+
+
+@check("new_full", always=True)
+def _new_full(args, kwargs):
+    x, value = args[0], _arg(args, kwargs, 2, "fill_value")
+    n = 1
+    for s in _arg(args, kwargs, 1, "size", []):
+        n *= s
+    return fill_error(kwargs.get("dtype") or x.dtype, value, n)
 
 
 @check("gather")
