@@ -322,12 +322,12 @@ def make_entry(info, key, args, kwargs):
         msg = str(e)
         note = tracing_note(info.name, args, kwargs)
         if info.func is not None and not getattr(info.meta, "probes", False):
-            # a meta kernel refusing the dtypes in its own words ("negative_slope argument of
-            # type float cannot be safely cast"): eager's kernel refuses them in its words
+            # what eager refuses from dtypes (checks.FAITHFUL), in eager's words rather than
+            # the meta kernel's ("negative_slope argument of type float cannot be safely cast")
             refused = checks.refused_call(info.func, margs, mkw)
             if refused is None and type(e) in (ValueError, TypeError):
-                # a Python meta kernel's words ("alpha argument of type float cannot be
-                # safely cast"): eager's kernel refuses the call in its own
+                # a Python meta kernel's ValueError/TypeError: eager's kernel refuses the call
+                # with its own type and words (add(long, long, alpha=0.5): RuntimeError)
                 refused = checks.eager_error(info.func, margs, mkw, real=True)
             if refused is not None:
                 raise with_note(dimension_error(checks.fresh(refused)), note) from None
