@@ -9,6 +9,8 @@ pass silently; delete an entry once its class is fixed.
 import pytest
 
 import fuzz_harness as harness
+from fuzz_compare import accepted_subclass
+from fuzz_program import Raise
 
 SEEDS = range(0, 300)
 
@@ -16,50 +18,25 @@ SEEDS = range(0, 300)
 KNOWN_FAILING = {
     14: "K9 missing check (index_put_ dtype)",
     15: "K9 missing check (std of int)",
-    21: "N1 dtype not implemented (lerp of long)",
+    18: "K5 half intermediates (log_softmax bf16)",
     24: "N11 write into a one-window unfold refused as overlapping",
     28: "K5 half intermediates (log_softmax bf16)",
-    29: "K10 out-of-range dim: exception type",
-    30: "K10 out-of-range dim: no error",
     50: "K7 pow(bool) dtype",
-    55: "N1 dtype not implemented",
-    65: "N8 dtype check (index_add_)",
-    69: "N1 dtype not implemented",
-    73: "N1 dtype not implemented",
     83: "K5 half intermediates (log_softmax bf16 backward)",
     90: "K3 int64 pow exponent >= 64",
-    93: "N8 dtype check (out=)",
-    96: "N2 in-place shape error as LoweringError",
-    100: "N1 dtype not implemented",
     110: "K9 missing check (var of int)",
     111: "N3 resize_ of a view (out=)",
     120: "N1 dtype not implemented",
-    121: "K10 out-of-range dim: exception type",
-    133: "N1 dtype not implemented",
     136: "N3 resize_ of a view",
     147: "N4 subnormals are zero on XLA:CPU",
-    157: "N1 dtype not implemented",
-    161: "N1 dtype not implemented",
     167: "K7 cummin NaN indices",
     173: "N3 resize_ of a view",
-    183: "N1 dtype not implemented",
     185: "N2 index_put shape error as LoweringError",
-    186: "N1 dtype not implemented",
-    190: "N1 dtype not implemented",
-    202: "N1 dtype not implemented",
-    203: "N1 dtype not implemented",
     210: "K9 missing check (relu of bool)",
-    213: "N1 dtype not implemented",
     230: "N5 var with correction >= N: nan for inf",
-    240: "N1 dtype not implemented",
     244: "N5 std with correction >= N: nan for inf",
-    249: "N2 copy_ shape error as LoweringError",
     254: "K9 missing check (sub of bool)",
-    263: "N1 dtype not implemented",
-    269: "N1 dtype not implemented",
     279: "K9 missing check (var of int)",
-    287: "N1 dtype not implemented",
-    293: "N1 dtype not implemented",
     296: "N17 gelu's far tail (an erf ulp)",
     298: "N12 fill_ of an int view with a requires-grad value",
 }
@@ -77,3 +54,16 @@ def test_fuzz_seed(seed):
     pytest.fail(f"fuzz seed {seed}: {f['kind']} at {f.get('op')} "
                 f"(python tests/fuzz/run.py --seeds {seed} --show --shrink)\n\n"
                 + harness.repro(small, f), pytrace=False)
+
+
+def test_an_instance_of_eagers_type_is_accepted_but_not_a_lowering_error():
+    from torch_xla.engine.lazy.tracing import DimensionError, LoweringError
+
+    def raised(exc):
+        return Raise(0, "stmt", type(exc).__name__, "", "", tuple(c.__name__ for c in type(exc).__mro__))
+
+    eager_index, eager_runtime = raised(IndexError()), raised(RuntimeError())
+    assert accepted_subclass(eager_index, raised(DimensionError()))
+    assert accepted_subclass(eager_runtime, raised(DimensionError()))
+    assert not accepted_subclass(eager_runtime, raised(LoweringError()))
+    assert not accepted_subclass(eager_index, raised(RuntimeError()))

@@ -10,14 +10,14 @@ import random
 
 import torch
 
-from ..ops import registry
+from ..ops import checks, registry
 from ..runtime import topology
 from ..runtime.platform import jax_platform
 from . import autocast, autograd_errors, device_groups, dispatch, serialize, tensor
 from .device_groups import check_index
 from .executor import wait_device_ops
 from .handlers import random as device_random
-from .tracing import OpInfo, trace_node, wrap
+from .tracing import OpInfo, trace_node, tracing_note, with_note, wrap
 from .transfers import copy_, device_array
 
 _registered = False
@@ -179,10 +179,17 @@ def _factory_impl(func):
     # factory sizes and ranges decide shapes: keep every number static
     info.scalar_pos = frozenset()
     info.scalar_kw = frozenset()
+    # checks eager makes that no meta kernel does (a fill value that overflows the dtype)
+    packet = func.overloadpacket.__name__
+    always = packet in checks.ALWAYS
 
     def impl(*args, **kwargs):
         if info.lowering is None:
             raise RuntimeError(f"torch_xla: no lowering for factory aten::{info.name}")
+        if always:
+            msg = checks.diagnose(packet, args, kwargs)
+            if msg is not None:
+                raise with_note(RuntimeError(msg), tracing_note(info.name, args, kwargs))
         kwargs.pop("pin_memory", None)
         device = kwargs.get("device")
         check_index(device)

@@ -14,8 +14,8 @@ from torch._decomp import decomposition_table
 
 from ..ir.node import OP, Node
 from ..ops import checks, registry
-from . import fallback, index_checks, tracing, views
-from .tensor import _handlers, new_base
+from . import fallback, index_checks, state, tracing, views
+from .tensor import XLATensor, _handlers, new_base
 from .tracing import (DeviceMismatch, device_mismatch_error, make_entry, meta_arg, op_info,  # noqa: F401
                       walk_args, wrap)
 from .views import assign_result
@@ -112,8 +112,43 @@ def functional_handler(info):
     return h
 
 
+def _fast_key(a):
+    """A key of a decomposition's argument: avals for XLA tensors, types for float
+    operands, values otherwise (unhashable where the value is)."""
+    t = type(a)
+    if t is XLATensor:
+        return a._lazy.aval
+    if t is float or t is complex:
+        return t
+    if t is list or t is tuple:
+        return tuple(_fast_key(x) for x in a)
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, tuple(a.shape), a.device.type)
+    try:
+        hash(a)
+    except TypeError:
+        return []
+    return (t, a)
+
+
 def _decomp_handler(func, decomp):
+    passed = set()   # argument keys eager's checks passed (checks.refusal)
+
     def h(args, kwargs):
+        # the dtypes eager's CPU kernel refuses (the rule's own ops might take them),
+        # asked once per argument key: this is a per-call path
+        key = (_fast_key(args), _fast_key(tuple(kwargs.items())) if kwargs else ())
+        try:
+            known = key in passed
+        except TypeError:   # an unhashable argument
+            key, known = None, False
+        if not known:
+            refused = checks.refusal(func, args, kwargs)
+            if refused is not None:
+                raise tracing.with_note(tracing.dimension_error(refused),
+                                        tracing.tracing_note(func.name().split("::")[-1], args, kwargs))
+            if key is not None:
+                passed.add(key)
         out = decomp(*args, **kwargs)
         if out is NotImplemented:  # the rule does not cover these arguments
             return fallback.run_on_cpu(func, args, kwargs)
@@ -140,7 +175,12 @@ def _inplace_handler(func, twin):
             twin_h = lambda a, k: call(twin, a, k)  # noqa: E731
         if len(args) > 1:
             views.check_partial_overlap(args[0], args[1:])
-        res = twin_h(args, kwargs)
+        try:
+            res = twin_h(args, kwargs)
+        except NotImplementedError:
+            # the twin's dtype refusal; eager checks the write into self first
+            _raise_write_error(func, args, kwargs)
+            raise
         if mut == [0]:
             targets = args[0]
             if isinstance(targets, (list, tuple)):
@@ -155,26 +195,57 @@ def _inplace_handler(func, twin):
     return h
 
 
+def _raise_inplace(func, err):
+    raise type(err)(f"{err}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
+
+
+def _eager_verdict(func, args, kwargs):
+    """What eager raises for the write op `func` (in-place or out=) on these
+    arguments: at their real shapes when they are small, else on stand-ins."""
+    margs = tuple(meta_arg(a) for a in args)
+    mkw = {k: meta_arg(v) for k, v in kwargs.items()}
+    if checks.small(margs, mkw):
+        return checks.eager_error(func, margs, mkw, real=True)
+    return checks.eager_error(func, margs, mkw)
+
+
+def _raise_write_error(func, args, kwargs):
+    """The functional twin refused the dtypes; eager's write op may refuse the
+    write itself first (`bool_t |= bf16_t`: the result type cannot be cast to
+    Bool). Raise that when it is what eager raises."""
+    err = _eager_verdict(func, args, kwargs)
+    if err is not None and not isinstance(err, NotImplementedError):
+        _raise_inplace(func, err)
+
+
 def _check_inplace(func, target, res, args, kwargs, checked):
-    """Let PyTorch's own meta kernel reject what eager would (dtype casts, broadcasts)."""
+    """Refuse what eager would (dtype casts, broadcasts), in eager's words."""
     ra, ta = res._lazy.aval, target._lazy.aval
     if ra == ta:
         return
+    if ra[0] != ta[0]:
+        # the broadcast of the operands is larger than self (an in-place op
+        # writes self's shape): eager refuses, in its kernel's words
+        err = checks.eager_error(func, tuple(meta_arg(a) for a in args),
+                                 {k: meta_arg(v) for k, v in kwargs.items()}, real=True) \
+            or views.broadcast_error(ta[0], ra[0]) or RuntimeError(
+                f"output with shape {list(ta[0])} doesn't match the broadcast shape {list(ra[0])}")
+        _raise_inplace(func, err)
     key = (ta, ra)
     if key in checked:
         return
-    margs = tuple(meta_arg(a) for a in args)
-    mkw = {k: meta_arg(v) for k, v in kwargs.items()}
     # the meta kernels let `long_t *= 0.0` through, and word what they refuse their
     # own way; eager's kernel, on stand-ins of the same dtypes, decides and words it
+    # (each call gets its own meta arguments: a meta in-place kernel may resize them)
     try:
-        func(*margs, **mkw)
+        func(*(meta_arg(a) for a in args), **{k: meta_arg(v) for k, v in kwargs.items()})
     except RuntimeError as e:
-        err = checks.eager_error(func, margs, mkw, real=True) or e
+        err = _eager_verdict(func, args, kwargs) or e
     else:
-        err = checks.eager_error(func, margs, mkw)
+        err = checks.eager_error(func, tuple(meta_arg(a) for a in args),
+                                 {k: meta_arg(v) for k, v in kwargs.items()})
     if err is not None:
-        raise type(err)(f"{err}\n  [torch_xla] in aten::{func._schema.name.split('::')[-1]} at {tracing.where()}") from None
+        _raise_inplace(func, err)
     checked.add(key)
 
 
@@ -186,8 +257,21 @@ def _out_handler(func, twin):
     def h(args, kwargs):
         kw = {k: v for k, v in kwargs.items() if k not in out_names}
         outs = [kwargs[n] for n in out_names]
-        res = call(twin, args, kw)
+        _check_out_overlap(func, args, kwargs, outs, kw)
+        try:
+            res = call(twin, args, kw)
+        except NotImplementedError:
+            _raise_write_error(func, args, kwargs)   # eager checks the out= tensors first
+            raise
         results = [res] if len(outs) == 1 else list(res)
+        wanted = {n: r.dtype for n, o, r in zip(out_names, outs, results)
+                  if isinstance(o, XLATensor) and isinstance(r, torch.Tensor) and o.dtype != r.dtype}
+        if wanted:
+            # an out= tensor of another dtype than the result: eager casts into it or refuses
+            err = checks.out_refusal(func, tuple(meta_arg(a) for a in args),
+                                     {k: meta_arg(v) for k, v in kwargs.items()}, wanted)
+            if err is not None:
+                _raise_inplace(func, err)
         for o, r in zip(outs, results):
             if isinstance(o, torch.Tensor) and o.device.type != "xla":
                 o.copy_(r.cpu())
@@ -199,6 +283,84 @@ def _out_handler(func, twin):
         return outs[0] if len(outs) == 1 else tuple(outs)
     del in_names
     return h
+
+
+def _tensors(a, out):
+    if isinstance(a, XLATensor):
+        out.append(a)
+    elif isinstance(a, (list, tuple)):
+        for x in a:
+            _tensors(x, out)
+    return out
+
+
+def _check_out_overlap(func, args, kwargs, outs, inputs_kw):
+    """An out= tensor sharing memory with an input: eager refuses some overlaps
+    (index_select, cat, gather: any; elementwise ops: partial) and allows others
+    (reductions, mm). Eager decides, on CPU tensors laid out in one storage as
+    ours are in their Base (`unsupported operation: some elements of the input
+    tensor and the written-to tensor refer to a single memory location`)."""
+    inputs = _tensors(list(args) + list(inputs_kw.values()), [])
+    if not inputs:
+        return
+    shared = {id(state.base_of(o)) for o in outs if isinstance(o, XLATensor)}
+    if not any(id(state.base_of(t)) in shared for t in inputs):
+        return
+    err = _aliased_verdict(func, args, kwargs)
+    if err is None:
+        for o in outs:   # too large to ask eager: the partial overlaps elementwise ops refuse
+            if isinstance(o, XLATensor):
+                views.check_partial_overlap(o, inputs)
+    elif err is not False:
+        _raise_inplace(func, err)
+
+
+def _aliased_verdict(func, args, kwargs):
+    """Eager's error for this write op on CPU copies of its tensors, laid out in
+    one storage per Base as ours are (an overlap, or an out= tensor that is also
+    an input and so is not resized); False when eager finds neither; None when
+    a storage is too large to copy."""
+    storages = {}
+    made = {}   # one CPU tensor per XLA tensor: eager tells an out= that is an input by identity
+    limit = checks.REAL_SHAPES_MAX
+
+    def storage(base):
+        buf = storages.get(id(base))
+        if buf is None:
+            n = 1
+            for d in base.aval[0]:
+                n *= d
+            if n > limit:
+                raise OverflowError
+            buf = storages[id(base)] = torch.zeros(n, dtype=base.aval[1], device="cpu")
+        return buf
+
+    def cpu(a):
+        if isinstance(a, XLATensor):
+            if id(a) not in made:
+                buf = storage(state.base_of(a))
+                made[id(a)] = (buf.as_strided(a.shape, a.stride(), a.storage_offset()) if buf.dtype == a.dtype
+                               else torch.zeros(a.shape, dtype=a.dtype, device="cpu"))
+            return made[id(a)]
+        if isinstance(a, (list, tuple)):
+            return type(a)(cpu(x) for x in a)
+        if isinstance(a, torch.device) and a.type == "xla":
+            return torch.device("cpu")
+        return a
+
+    try:
+        cargs = tuple(cpu(a) for a in args)
+        ckw = {k: cpu(v) for k, v in kwargs.items()}
+    except OverflowError:
+        return None
+    try:
+        checks.run_quietly(func, cargs, ckw)
+    except RuntimeError as e:
+        if str(e).startswith(("unsupported operation:", "output with shape")):
+            return e
+    except Exception:  # noqa: BLE001  (values: zeros stand in; only the layout is asked)
+        pass
+    return False
 
 
 _FOREACH_CANDIDATES = {

@@ -83,6 +83,11 @@ class DimensionError(IndexError, RuntimeError):
     IndexError, upstream torch_xla RuntimeError; this is both."""
 
 
+def dimension_error(e):
+    """eager's IndexError as a DimensionError (both), other exceptions as they are."""
+    return DimensionError(str(e)) if type(e) is IndexError else e
+
+
 def _walk(a, key, ops, hs, scalar, fdt=None):
     t = type(a)
     if t is XLATensor:
@@ -316,12 +321,27 @@ def make_entry(info, key, args, kwargs):
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         msg = str(e)
         note = tracing_note(info.name, args, kwargs)
+        if info.func is not None and not getattr(info.meta, "probes", False):
+            # what eager refuses from dtypes (checks.FAITHFUL), in eager's words rather than
+            # the meta kernel's ("negative_slope argument of type float cannot be safely cast")
+            refused = checks.refused_call(info.func, margs, mkw)
+            if refused is None and type(e) in (ValueError, TypeError):
+                # a Python meta kernel's ValueError/TypeError: eager's kernel refuses the call
+                # with its own type and words (add(long, long, alpha=0.5): RuntimeError)
+                refused = checks.eager_error(info.func, margs, mkw, real=True)
+            if refused is not None:
+                raise with_note(dimension_error(checks.fresh(refused)), note) from None
         upstream = checks.diagnose(info.func.overloadpacket.__name__, args, kwargs) if info.func is not None else None
         if upstream is not None:   # upstream's words; the user's line as a note
             raise with_note(RuntimeError(upstream), note) from None
         # a bad dimension is an IndexError in eager and a RuntimeError upstream: both
         cls = DimensionError if type(e) is IndexError else type(e)
         raise cls(f"{msg}\n  {note}") from None
+    if info.func is not None and not getattr(info.meta, "probes", False):
+        # the dtypes eager's CPU kernel refuses (bitwise ops of floats, softmax of integers)
+        refused = checks.refusal(info.func, margs, mkw, out)
+        if refused is not None:
+            raise with_note(dimension_error(refused), tracing_note(info.name, args, kwargs)) from None
     avals, struct = _flatten_out(out)
     _check_size(info, avals, args, kwargs)
     e = OpEntry()

@@ -122,10 +122,10 @@ def copy_(args, kwargs):
             src = _moved(src, dst.device)
         views.assign_result(dst, src)
         return dst
-    node = upload_node(src)
-    v = (node, 0)
     aval = (tuple(src.shape), src.dtype)
     daval = dst._lazy.aval
+    views.check_broadcast(daval[0], aval[0], "copy_")
+    v = (upload_node(src), 0)
     if aval != daval:
         v = views.cast_to(v, aval, daval)
     views.assign(dst, v, fresh=True)

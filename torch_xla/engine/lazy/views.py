@@ -317,11 +317,39 @@ def cast_to(v, from_aval, to_aval):
     return (node, 0)
 
 
-def assign_result(target, result):
+def broadcast_error(out_shape, shape):
+    """The RuntimeError eager raises (in TensorIterator's words) when a value of
+    `shape` is written into a tensor of `out_shape`, or None where it broadcasts."""
+    out_shape, shape = tuple(out_shape), tuple(shape)
+    if out_shape == shape:
+        return None
+    n = max(len(out_shape), len(shape))
+    a = (1,) * (n - len(out_shape)) + out_shape
+    b = (1,) * (n - len(shape)) + shape
+    for i in range(n - 1, -1, -1):   # eager reports the last dim that disagrees
+        if a[i] != b[i] and a[i] != 1 and b[i] != 1:
+            return RuntimeError(f"The size of tensor a ({a[i]}) must match the size of tensor b ({b[i]}) "
+                                f"at non-singleton dimension {i}")
+    full = [y if x == 1 else x for x, y in zip(a, b)]
+    if tuple(full) != out_shape:
+        return RuntimeError(f"output with shape {list(out_shape)} doesn't match the broadcast shape {full}")
+    return None
+
+
+def check_broadcast(out_shape, shape, op):
+    """Refuse, as eager does, writing a value of `shape` into a tensor of `out_shape`."""
+    if out_shape != shape:
+        err = broadcast_error(out_shape, shape)
+        if err is not None:
+            raise RuntimeError(f"{err}\n  [torch_xla] in aten::{op} at {where()}")
+
+
+def assign_result(target, result, op="copy_"):
     """Write XLA tensor `result` into `target` (cast/broadcast to target's aval)."""
     v = value_of(result)
     ra, ta = result._lazy.aval, target._lazy.aval
     if ra != ta:
+        check_broadcast(ta[0], ra[0], op)
         v = cast_to(v, ra, ta)
     assign(target, v)
 

@@ -6,9 +6,16 @@ and returns upstream's message for what is wrong, or None. A check runs only
 after the op has failed: tracing consults it when the meta kernel refuses a call
 (a memo miss, so a good call pays nothing), and the dispatcher wraps the ops that
 fail elsewhere (decompositions). The ops listed with `always=True`, which
-PyTorch's meta kernels do not validate (`random_`, `uniform_`), are checked
-before they run: there a missing check would be a silent wrong answer.
+PyTorch's meta kernels do not validate (`random_`, `uniform_`; a fill value that
+overflows the dtype in `fill_`, `full`, ...), are checked before they run: there
+a missing check would be a silent wrong answer.
+
+Below the checks: eager's own dtype and rank checks, asked of eager on CPU
+stand-ins (PROBED, `refusal`, `out_refusal`).
 """
+import re
+import warnings
+
 import torch
 
 CHECKS = {}
@@ -43,6 +50,18 @@ def diagnose(name, args, kwargs):
         return fn(args, kwargs or {})
     except Exception:  # noqa: BLE001  (a check must never hide the op's own error)
         return None
+
+
+_SCALAR_TYPE = {
+    torch.float64: "Double", torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+
+def scalar_type_name(dtype):
+    """`Float`: a dtype as eager's messages name it (its ScalarType)."""
+    return _SCALAR_TYPE.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def shape_text(t):
@@ -121,13 +140,85 @@ def _flip(args, kwargs):
             f"Consider changing dims from {dims} to {sorted(counts)}.")
 
 
-@check("full")
+@check("full", always=True)
 def _full(args, kwargs):
     size = list(_arg(args, kwargs, 0, "size", []))
     if any(s < 0 for s in size):
         return (f"full(): expected concrete sizes (i.e. non-symbolic) to be positive values. "
                 f"However found negative ones: {size}.")
-    return None
+    value = _arg(args, kwargs, 1, "fill_value")
+    n = 1
+    for s in size:
+        n *= s
+    return fill_error(kwargs.get("dtype") or _inferred_dtype(value), value, n)
+
+
+# ---------------------------------------------------------------------------
+# a Python number filled into a tensor of a narrower type
+
+def _inferred_dtype(value):
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, complex):
+        return torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
+    return torch.get_default_dtype()
+
+
+_FILLS = {}   # (dtype, number, size class) -> eager's message or None
+
+
+def fill_error(dtype, value, numel):
+    """Eager's message when filling `numel` elements of `dtype` with the Python
+    number `value` overflows ("value cannot be converted to type uint8_t without
+    overflow"), or None. Eager decides, on a CPU tensor of the same dtype and the
+    same size class (its kernel checks a single element's conversion on another
+    path than many elements': float16 takes 70000 alone, not in a pair)."""
+    if not isinstance(value, (int, float, complex)) or isinstance(value, bool) or dtype == torch.bool:
+        return None
+    n = 0 if numel == 0 else 1 if numel == 1 else 2
+    key = (dtype, type(value), value, n)
+    got = _FILLS.get(key, key)
+    if got is key:
+        try:
+            torch.empty(n, dtype=dtype, device="cpu").fill_(value)
+            got = None
+        except RuntimeError as e:
+            got = str(e)
+        except Exception:  # noqa: BLE001  (a dtype eager's CPU kernels do not fill)
+            got = None
+        if len(_FILLS) > 4096:
+            _FILLS.clear()
+        _FILLS[key] = got
+    return got
+
+
+@check("fill", always=True)
+def _fill(args, kwargs):
+    x, value = args[0], _arg(args, kwargs, 1, "value")
+    return fill_error(x.dtype, value, x.numel())
+
+
+@check("scalar_tensor", always=True)
+def _scalar_tensor(args, kwargs):
+    value = _arg(args, kwargs, 0, "s")
+    return fill_error(kwargs.get("dtype") or _inferred_dtype(value), value, 1)
+
+
+@check("full_like", always=True)
+def _full_like(args, kwargs):
+    x, value = args[0], _arg(args, kwargs, 1, "fill_value")
+    return fill_error(kwargs.get("dtype") or x.dtype, value, x.numel())
+
+
+@check("new_full", always=True)
+def _new_full(args, kwargs):
+    x, value = args[0], _arg(args, kwargs, 2, "fill_value")
+    n = 1
+    for s in _arg(args, kwargs, 1, "size", []):
+        n *= s
+    return fill_error(kwargs.get("dtype") or x.dtype, value, n)
 
 
 @check("gather")
@@ -380,15 +471,17 @@ PROBED = {
 }
 
 
-_REAL_SHAPES_MAX = 1 << 16   # elements per argument that stand in at their real shape
+REAL_SHAPES_MAX = _REAL_SHAPES_MAX = 1 << 16   # elements per argument that stand in at their real shape
 
 
 def _stand_in(a, fill, real):
     if isinstance(a, torch.Tensor) and a.device.type in ("meta", "xla"):
         fill, size = fill if isinstance(fill, tuple) else (fill, 1)
+        if fill is None:   # integers 0 (a valid index), floats 1
+            fill = 1 if a.dtype.is_floating_point or a.dtype.is_complex else 0
         # empty dims stay empty (cat skips a legacy 1-d empty tensor; [0] broadcasts as [0])
         shape = tuple(a.shape) if real else tuple(0 if d == 0 else size for d in a.shape)
-        return torch.full(shape, fill, dtype=a.dtype)
+        return torch.full(shape, fill, dtype=a.dtype, device="cpu")
     if isinstance(a, (list, tuple)):
         return type(a)(_stand_in(x, fill, real) for x in a)
     return a
@@ -409,12 +502,17 @@ def _partial(a):
     return False
 
 
-def _small(a):
+def _small(a, limit=_REAL_SHAPES_MAX):
     if isinstance(a, torch.Tensor):
-        return a.numel() <= _REAL_SHAPES_MAX
+        return a.numel() <= limit
     if isinstance(a, (list, tuple)):
-        return all(_small(x) for x in a)
+        return all(_small(x, limit) for x in a)
     return True
+
+
+def small(args, kwargs=None):
+    """Whether every tensor argument is small enough to stand in at its real shape."""
+    return _small(args) and _small(list((kwargs or {}).values()))
 
 
 def probe(op, args, kwargs, fill=1, real=False):
@@ -423,14 +521,19 @@ def probe(op, args, kwargs, fill=1, real=False):
     propagates. Returns eager's result (None for dtypes eager's CPU kernels
     cover only in part). `fill`: the stand-ins' value, or
     (value, size per dim)."""
-    import warnings
     if _partial(args) or _partial(list((kwargs or {}).values())):
         return None
     sargs = tuple(_stand_in(a, fill, real) for a in args)
     skw = {k: _stand_in(v, fill, real) for k, v in (kwargs or {}).items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # var of one element: eager's dof warning
-        return op(*sargs, **skw)
+    return run_quietly(op, sargs, skw)
+
+
+def run_quietly(op, args, kwargs):
+    """op on plain CPU tensors, eager's warnings (var of one element, a resized
+    out=) dropped; no dispatch mode of the user's (a flop counter, a logger) sees it."""
+    with warnings.catch_warnings(), torch._C._DisableTorchDispatch():
+        warnings.simplefilter("ignore")
+        return op(*args, **kwargs)
 
 
 def eager_error(op, args, kwargs, fill=1, real=False):
@@ -468,6 +571,7 @@ def _probed_meta(op, inner, fill):
                 raise err from None   # eager's words for what the meta kernel refused
             raise
         return _eager_dtypes(out, probe(op, args, kwargs, fill))
+    meta_fn.probes = True   # eager already runs: no dtype probe on top (refusal below)
     return meta_fn
 
 
@@ -484,3 +588,259 @@ def install_probes(meta_table):
                 continue   # in-place and out= run their functional twin
             inner = meta_table.get(op) or meta_table.get(packet)
             meta_table[op] = _probed_meta(op, inner, fill)
+
+
+# ---------------------------------------------------------------------------
+# what eager refuses from dtypes, ranks and empty dims alone
+#
+# Every CPU kernel dispatches on its operands' dtype and refuses the ones it
+# was not built for: NotImplementedError: "bitwise_and_cpu" not implemented for
+# 'Float' (bitwise ops of floats, softmax/gelu/hypot/frac of integers, abs/ceil/
+# remainder/median of bool, ...). Lowerings would compute those anyway (XLA has
+# a softmax of integers) or fail in their own words, so on a memo miss tracing
+# asks eager (`refusal`): the op runs on CPU stand-ins of its tensors (same
+# dtypes and ranks, one element per non-empty dim, 1 for floats and 0, a valid
+# index, for integers), and when eager refuses them in one of the ways
+# `FAITHFUL` lists, its exception is the op's.
+# Those are the refusals stand-ins reproduce exactly, since they depend only on
+# what stand-ins keep (dtypes, ranks, which dims are empty, static arguments):
+# a kernel's dtype refusal, a few dtype checks the meta kernels skip (topk of
+# bool, heaviside of two dtypes, index_add_'s source dtype, integer addcdiv), a
+# reduction over an empty dim, cat of a 0-dim tensor. Anything else eager says
+# about stand-ins (an index out of range, zero probabilities, a kernel larger
+# than its input) is about their values and sizes, not the call's, and is not
+# taken. A refusal of Half or BFloat16 alone (`cholesky_cpu` of bfloat16, while
+# float32 runs) is a gap of the CPU kernels, not a rule of the op: the device
+# computes it, as upstream does. Decisions are kept per op and stand-in, so a new
+# shape of an op already asked costs a dictionary probe.
+
+_REFUSED = re.compile(r'^"[^"]+" not implemented for \'(\w+)\'$')
+FAITHFUL = (
+    (NotImplementedError, _REFUSED),
+    (RuntimeError, re.compile(r"^\w+ does not support bool dtypes on CPU$")),                      # topk
+    (RuntimeError, re.compile(r"^\w+ is not yet implemented for tensors with different dtypes\.$")),  # heaviside
+    (RuntimeError, re.compile(r"^\w+\(\): self \(\w+\) and source \(\w+\) must have the same scalar type$")),
+    (RuntimeError, re.compile(r"^\w+\(\): self and source expected to have the same dtype, but got ")),
+    (RuntimeError, re.compile(r"^Integer division with addcdiv is no longer supported")),
+    (IndexError, re.compile(r"^\w+(\(\))?: Expected reduction dim -?\d+ to have non-zero size\.$")),
+    (RuntimeError, re.compile(r"^\w+\(\): Expected reduction dim to be specified for input\.numel\(\) == 0")),
+    (RuntimeError, re.compile(r"^zero-dimensional tensor \(at position \d+\) cannot be concatenated$")),
+)
+_HALF_NAMES = ("Half", "BFloat16")
+_BIG = 1 << 20                  # elements: a probe's stand-in result above this is not computed
+_RETRY_MAX = 1 << 12            # elements per argument asked again at its real shape
+_DECIDED = {}                   # (op, stand-in key) -> (exception type, message) or None
+_PLAN = {}                      # op -> None (never probed) or whether size arguments need a look
+
+
+def faithful(e):
+    """Whether eager's exception `e` on stand-ins is one FAITHFUL lists."""
+    return any(type(e) is t and p.search(str(e)) for t, p in FAITHFUL)
+
+
+def _key_of(a, real=False):
+    # on the dispatch path of decompositions: attributes that cost least (not .device)
+    if isinstance(a, torch.Tensor):
+        if a.is_cpu:   # a CPU 0-dim operand joins as itself
+            return ("c", a.dtype)
+        shape = a.shape
+        if real:
+            return (a.dtype, tuple(shape))
+        return (a.dtype, len(shape), tuple(d == 0 for d in shape) if 0 in shape else ())
+    if isinstance(a, (list, tuple)):
+        return (type(a),) + tuple(_key_of(x, real) for x in a)
+    if type(a) is float or type(a) is complex:
+        return type(a)          # a scalar operand's value picks no kernel
+    try:
+        hash(a)
+    except TypeError:
+        return repr(a)
+    return (type(a), a)
+
+
+def _plan(op):
+    """None when `op` is never probed (not aten's, no tensor argument, a write,
+    a view); else whether it takes sizes (a result as large as they say)."""
+    if op in _PLAN:
+        return _PLAN[op]
+    plan = None
+    schema = op._schema
+    tensor_typed = any("Tensor" in str(a.type) for a in schema.arguments)
+    writes = any(a.alias_info is not None for a in schema.arguments) or \
+        any(r.alias_info is not None for r in schema.returns)
+    if schema.name.startswith("aten::") and tensor_typed and not writes:
+        plan = any(str(a.type) in ("int", "Optional[int]", "List[int]", "Optional[List[int]]")
+                   for a in schema.arguments)
+    _PLAN[op] = plan
+    return plan
+
+
+def _has_tensor(a):
+    if isinstance(a, torch.Tensor):
+        return not a.is_cpu
+    if isinstance(a, (list, tuple)):
+        return any(_has_tensor(x) for x in a)
+    return False
+
+
+def _numel(out):
+    if isinstance(out, torch.Tensor):
+        return out.numel()
+    if isinstance(out, (list, tuple)):
+        return sum(_numel(o) for o in out)
+    return 0
+
+
+def _meta_stand_in(a):
+    if isinstance(a, torch.Tensor) and a.device.type != "cpu":
+        return torch.empty(tuple(0 if d == 0 else 1 for d in a.shape), dtype=a.dtype, device="meta")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta_stand_in(x) for x in a)
+    return a
+
+
+_UNSURE = "unsure"   # eager raised what FAITHFUL does not list: the stand-ins' fault or not
+
+
+def _refused(op, args, kwargs, real=False):
+    """What eager refuses on stand-ins of args, as (type, message), when FAITHFUL
+    lists it; None when eager runs; _UNSURE when it raises something else
+    (k out of range for a one-element stand-in may hide the refusal)."""
+    seeded = torch.Tag.nondeterministic_seeded in op.tags
+    state = torch.default_generator.get_state() if seeded else None
+    try:
+        probe(op, args, kwargs, fill=None, real=real)
+    except Exception as e:  # noqa: BLE001  (what eager raises is sorted below)
+        return (type(e), str(e)) if faithful(e) else _UNSURE
+    finally:
+        if seeded:   # the CPU generator is the user's: a probe draws nothing from it
+            torch.default_generator.set_state(state)
+    return None
+
+
+def _wider(a):
+    if isinstance(a, torch.Tensor) and a.device.type != "cpu" and a.dtype in (torch.float16, torch.bfloat16):
+        return torch.empty(a.shape, dtype=torch.float32, device="meta")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_wider(x) for x in a)
+    return a
+
+
+def _half_gap(op, args, kwargs, got, real=False):
+    """got, a refusal (type, message), or None where it refuses a half type that
+    the op takes as float32 (a gap of the CPU kernels, not a rule of the op)."""
+    if got is None or got is _UNSURE:
+        return got
+    if got[0] is NotImplementedError and _REFUSED.match(got[1]).group(1) in _HALF_NAMES:
+        wider = _refused(op, tuple(_wider(a) for a in args), {k: _wider(v) for k, v in (kwargs or {}).items()}, real)
+        if wider is None or wider is _UNSURE:
+            return None
+    return got
+
+
+def refusal(op, args, kwargs, out=None):
+    """The exception eager raises for aten `op` from these arguments' dtypes,
+    ranks and empty dims alone (FAITHFUL), or None. args: meta (or XLA)
+    tensors, Python values. `out`: the meta result at the real shapes when
+    known (when the op takes sizes, a result larger than `_BIG` elements is not
+    computed on stand-ins: `new_zeros` is as large there)."""
+    plan = _plan(op)
+    if plan is None or not (_has_tensor(args) or _has_tensor(list((kwargs or {}).values()))):
+        return None
+    try:
+        key = (op, tuple(_key_of(a) for a in args),
+               tuple((k, _key_of(v)) for k, v in (kwargs or {}).items()))
+        hash(key)
+    except TypeError:
+        return None
+    if key in _DECIDED:
+        got = _DECIDED[key]
+    else:
+        got = None
+        fits = True
+        if plan and (out is None or _numel(out) > _BIG):
+            try:
+                fits = _numel(op(*(_meta_stand_in(a) for a in args),
+                                  **{k: _meta_stand_in(v) for k, v in (kwargs or {}).items()})) <= _BIG
+            except Exception:  # noqa: BLE001  (refused on stand-ins: eager refuses before it allocates)
+                fits = True
+        if fits:
+            got = _half_gap(op, args, kwargs, _refused(op, args, kwargs))
+        _DECIDED[key] = got
+    if got is _UNSURE:
+        # eager refused the one-element stand-ins otherwise (topk's k, kthvalue's k, a
+        # view's sizes): asked again at the real shapes when they are small (a few
+        # thousand elements: this runs the op), the answer kept per shapes
+        got = None
+        if _small(args, _RETRY_MAX) and _small(list((kwargs or {}).values()), _RETRY_MAX):
+            rkey = ("real", op, tuple(_key_of(a, True) for a in args),
+                    tuple((k, _key_of(v, True)) for k, v in (kwargs or {}).items()))
+            if rkey in _DECIDED:
+                got = _DECIDED[rkey]
+            else:
+                got = _half_gap(op, args, kwargs, _refused(op, args, kwargs, real=True), real=True)
+                if got is _UNSURE:
+                    got = None
+                _DECIDED[rkey] = got
+    return None if got is None else got[0](got[1])
+
+
+def fresh(e):
+    """An exception of e's type and message with no traceback or notes of its own."""
+    try:
+        return type(e)(str(e))
+    except Exception:  # noqa: BLE001  (a class that takes other arguments)
+        return RuntimeError(str(e))
+
+
+def refused_call(op, args, kwargs):
+    """For a call the meta kernel refused: what eager raises when FAITHFUL lists
+    it and it is what eager raises first (asked at the real shapes where they
+    are small: a bad shape may come before the dtype), or None."""
+    if _plan(op) is None:
+        return None
+    if not small(args, kwargs):
+        return refusal(op, args, kwargs)
+    got = _half_gap(op, args, kwargs, _refused(op, args, kwargs, real=True), real=True)
+    return None if got is None or got is _UNSURE else got[0](got[1])
+
+
+# ---------------------------------------------------------------------------
+# out= tensors of another dtype than the result's
+#
+# Eager casts a result into an out= tensor of another dtype where the result
+# type can be cast to it (`add(f32, 1, out=f64)`), and refuses elsewhere, in
+# each kernel's words: "result type Double can't be cast to the desired output
+# type Long", "Found dtype Half but expected BFloat16" (floor), "Expected out
+# tensor to have dtype float, but got double instead" (mm), TypeError for cat.
+# Eager decides on stand-ins: its error is the call's when the same call with
+# out= tensors of the result's dtypes passes (so the error is about the dtypes).
+
+_OUT_DECIDED = {}
+
+
+def out_refusal(op, args, kwargs, wanted):
+    """Eager's error for the out= tensors of `op` whose dtypes are not the
+    result's (`wanted`: out argument name -> result dtype), or None. args and
+    kwargs: meta tensors and Python values, out= tensors among kwargs."""
+    try:
+        key = (op, tuple(_key_of(a) for a in args), tuple((k, _key_of(v)) for k, v in kwargs.items()))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _OUT_DECIDED:
+        got = _OUT_DECIDED[key]
+    else:
+        got = None
+        fill = PROBED.get(op.overloadpacket.__name__, 1)   # index stand-ins 0 where an op reads them
+        fill = fill[0] if isinstance(fill, tuple) else fill
+        err = eager_error(op, args, kwargs, fill)
+        if err is not None:
+            fixed = dict(kwargs)
+            for name, dtype in wanted.items():
+                fixed[name] = torch.empty(kwargs[name].shape, dtype=dtype, device="meta")
+            if eager_error(op, args, fixed, fill) is None:
+                got = (type(err), str(err))
+        if key is not None:
+            _OUT_DECIDED[key] = got
+    return None if got is None else got[0](got[1])

@@ -210,6 +210,8 @@ def _softmax_meta(x, dim, half_to_float):
 
 @lower("_softmax")
 def _softmax(x, dim, half_to_float=False):
+    if x.size == 0:   # eager returns an empty tensor of any dtype (its kernel refuses only elements)
+        return jnp.zeros(x.shape, out_dtype())
     # 0-d too: exp(x - x) / exp(x - x) is nan for an infinite or nan x, as eager's
     x1, d = _along(nx.cast(x, _ct()), dim)
     return jax.nn.softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
@@ -217,6 +219,8 @@ def _softmax(x, dim, half_to_float=False):
 
 @lower("_log_softmax")
 def _log_softmax(x, dim, half_to_float=False):
+    if x.size == 0:
+        return jnp.zeros(x.shape, out_dtype())
     x1, d = _along(nx.cast(x, _ct()), dim)
     return jax.nn.log_softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
 

@@ -24,7 +24,7 @@ from ...ops import checks
 from ...ops.registry import handler, lower
 from ..dispatch import op_info
 from ..tensor import XLATensor, new_base
-from ..tracing import trace_node, wrap
+from ..tracing import meta_arg, trace_node, wrap
 from ..transfers import to_cpu as _to_cpu
 from ..transfers import upload_node
 
@@ -136,6 +136,53 @@ def _masked_select(args, kwargs):
     return _lazy(aten.index.Tensor, (x, idx))
 
 
+def _put_shape_error(values, result):
+    return RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast "
+                        f"to indexing result of shape {list(result)}")
+
+
+def _put_dtype_error(x, values):
+    return RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                        f"{checks.scalar_type_name(x.dtype)} for the destination and "
+                        f"{checks.scalar_type_name(values.dtype)} for the source.")
+
+
+def _expandable(shape, to):
+    if len(shape) > len(to):
+        return False
+    return all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(to)))
+
+
+def _check_put(x, indices, values):
+    """Eager's checks of x[indices] = values (no mask left in indices) that no
+    meta kernel makes: the values broadcast to the indexing result, then they
+    have x's dtype."""
+    if not isinstance(values, torch.Tensor):
+        return
+    try:
+        result = torch.ops.aten.index.Tensor(meta_arg(x), [meta_arg(i) for i in indices])
+    except Exception:  # noqa: BLE001  (a bad index: the op itself says so)
+        return
+    if not _expandable(tuple(values.shape), tuple(result.shape)):
+        raise _put_shape_error(values, result.shape)
+    if values.dtype != x.dtype:
+        raise _put_dtype_error(x, values)
+
+
+def _check_leading_mask_put(x, mask, values):
+    """_check_put for x[mask] = values, the mask unread: the indexing result is
+    [number of True] + x's shape past the mask. Where no count of True makes
+    the values fit, the mask is read for eager's message."""
+    rest = tuple(x.shape[mask.dim():])
+    v = tuple(values.shape)
+    bad = len(v) > len(rest) + 1 or not _expandable(v[len(v) - min(len(v), len(rest)):], rest)
+    if bad:
+        n = _host_nonzero(mask).shape[0]
+        raise _put_shape_error(values, (n,) + rest)
+    if values.dtype != x.dtype:
+        raise _put_dtype_error(x, values)
+
+
 def _index_put_common(args, kwargs):
     x, indices, values = args[0], list(args[1]), args[2]
     _check_index_dtypes([i for i in indices if i is not None])
@@ -144,11 +191,16 @@ def _index_put_common(args, kwargs):
     if not masks:
         if any(_cpu_index(i) for i in indices):
             indices = _expand_masks(indices)
+        _check_put(x, indices, values)
         return None, x, indices, values, accumulate
+    # one mask and one value: eager fills through the mask (masked_fill_), any dtype
+    fill = not accumulate and values.numel() == 1 and len([i for i in indices if i is not None]) == 1
     if masks == [0] and all(i is None for i in indices[1:]) and _xla(indices[0]) \
             and indices[0].dtype == torch.bool:
         # a leading mask: the index_put rule writes in order of the True
         # positions (cumsum ranks) on the device, no host read
+        if not fill:
+            _check_leading_mask_put(x, indices[0], values)
         return None, x, indices, values, accumulate
     if len(masks) == 1 and all(i is None for k, i in enumerate(indices) if k != masks[0]) \
             and values.numel() == 1 and _xla(indices[masks[0]]):
@@ -169,7 +221,10 @@ def _index_put_common(args, kwargs):
         if v.dtype != x.dtype:
             v = _lazy(aten._to_copy.default, (v,), {"dtype": x.dtype})
         return _lazy(aten.where.self, (m, v, x)), None, None, None, None
-    return None, x, _expand_masks(indices), values, accumulate
+    indices = _expand_masks(indices)
+    if not fill:
+        _check_put(x, indices, values)
+    return None, x, indices, values, accumulate
 
 
 @handler("index_put.default")
