@@ -144,7 +144,31 @@ def guards_ok(ns, st):
         ov = overlap_status(ns, st)
         if ov != "ok":
             return f"overlap:{ov}"
+    if _grad_into_int(ns, st):
+        return "grad_into_int"
     return None
+
+
+def _grad_into_int(ns, st):
+    """Whether st writes a value that requires grad into an integer or bool tensor.
+    Eager then makes the integer tensor require grad (FillBackward, CopySlices);
+    for a tensor subclass, PyTorch's autograd refuses the same write ("Autograd not
+    support dtype: Int") before any kernel of ours runs: not a program to compare."""
+    written = [ns.get(w) for w in st.writes]
+    if not any(isinstance(t, torch.Tensor) and not (t.dtype.is_floating_point or t.dtype.is_complex)
+               for t in written):
+        return False
+    return any(isinstance(ns.get(u), torch.Tensor) and ns[u].requires_grad
+               for u in st.uses if u not in st.writes)
+
+
+def _fits(o, res):
+    """Whether out= tensor o can take res without its storage growing. Eager grows the
+    storage of a view that is too small under every tensor sharing it; the XLA device
+    refuses that (a Base holds a fixed shape), with an error saying so."""
+    if not isinstance(res, torch.Tensor) or tuple(o.shape) == tuple(res.shape) or not o._is_view():
+        return True
+    return o.storage_offset() + res.numel() <= o.untyped_storage().nbytes() // o.element_size()
 
 
 def _noties(t, dim=None):
@@ -156,7 +180,7 @@ def _uniq(size, idx):
 
 
 GUARD_NS = {"_noties": _noties, "_intok": lambda t, dt: _float_ok_for_int(t, dt)
-            if isinstance(t, torch.Tensor) else True, "_uniq": _uniq}
+            if isinstance(t, torch.Tensor) else True, "_uniq": _uniq, "_fits": _fits}
 
 
 class Gen:
@@ -1542,8 +1566,9 @@ def out_variant(g):
     if res is not None and not _float_ok_for_int(res, g.T(o).dtype):
         raise Reject
     ew = f not in ("sum", "mm", "index_select", "cumsum")
+    plain = expr.replace(', out={o}', '')
     return g.S(expr.format(o=o), f + "_out", (), tuple(uses) + (o,), writes=(o,), ew=ew,
-               guards=(f"_intok({expr.replace(', out={o}', '')}, {o}.dtype)",))
+               guards=(f"_intok({plain}, {o}.dtype)", f"_fits({o}, {plain})"))
 
 
 @op(3)

@@ -414,19 +414,23 @@ _RESIZE = OpInfo("resize_", None, _resize_lowering, meta=_resize_meta)
 
 
 def resize(t, size):
-    """resize_ of a base tensor: keeps the leading elements (row-major), new ones are
-    0. The tensor gets storage of its own (views taken before keep the old one)."""
+    """resize_: keeps the leading elements (row-major), new ones are 0. A base tensor
+    gets storage of its own (views taken before keep the old one); a view is seen
+    anew on its storage (`_resize_view`)."""
     size = tuple(int(s) for s in size)
     s = t._lazy
     if size == tuple(s.aval[0]):
         return t
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    if type(s) is View:
+    if type(s) is View and s.chain:
         return _resize_view(t, s, size)
-    node, _ = trace_node(_RESIZE, (ValueArg(s.value, s.aval),), {"shape": size})
+    # a base, or an alias of a whole base (`torch.tensor(data, device=...)` makes one,
+    # where eager makes a tensor of its own): storage of its own, of the new size
+    base = state.base_of(t)
+    node, _ = trace_node(_RESIZE, (ValueArg(value_of(t), s.aval),), {"shape": size})
     _swap_meta(t, size, s.aval[1])
-    state.make_base(t, (node, 0), (size, s.aval[1]), s.device)
+    state.make_base(t, (node, 0), (size, s.aval[1]), base.device)
     return t
 
 
