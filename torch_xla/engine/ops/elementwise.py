@@ -235,10 +235,7 @@ def _logical(fn):
     return rule
 
 
-def _truthy(x):
-    if isinstance(x, (int, float, bool, complex)):
-        return jnp.asarray(bool(x))
-    return x != 0 if x.dtype != jnp.bool_ else x
+_truthy = nx.truthy   # floats by their bits: XLA:CPU reads a subnormal as 0
 
 
 lower("logical_and")(lambda a, b: _as(_truthy(a) & _truthy(b), out_dtype()))
@@ -250,18 +247,23 @@ lower("bitwise_not")(lambda a: jnp.invert(a) if a.dtype != jnp.bool_ else ~a)
 
 # -- comparisons -------------------------------------------------------------
 
-def _compare(fn):
+def _compare(fn, zero_test=None):
+    """`zero_test`: x == 0 / x != 0 against a Python zero, from the bits
+    (nx.truthy; XLA:CPU's comparison would read a subnormal x as 0)."""
     def rule(a, b):
         dt = _cd()
         if dt is None:
             dt = jnp.result_type(a, b)
+        if zero_test is not None and type(b) in (int, float) and b == 0 and _is_float(dt):
+            return zero_test(nx.truthy(_as(a, dt)))
         return fn(_as(a, dt), _as(b, dt))
     return rule
 
 
-for _n, _fn in (("eq", jnp.equal), ("ne", jnp.not_equal), ("lt", jnp.less), ("le", jnp.less_equal),
-                ("gt", jnp.greater), ("ge", jnp.greater_equal)):
-    lower(f"{_n}.Tensor", f"{_n}.Scalar")(_compare(_fn))
+for _n, _fn, _zt in (("eq", jnp.equal, jnp.logical_not), ("ne", jnp.not_equal, lambda t: t),
+                     ("lt", jnp.less, None), ("le", jnp.less_equal, None),
+                     ("gt", jnp.greater, None), ("ge", jnp.greater_equal, None)):
+    lower(f"{_n}.Tensor", f"{_n}.Scalar")(_compare(_fn, _zt))
 lower("isclose")(lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False: jnp.isclose(
     a, _as(b, a.dtype), rtol=rtol, atol=atol, equal_nan=equal_nan))
 

@@ -119,12 +119,12 @@ def _argmin(x, dim=None, keepdim=False):
 
 @lower("any", "any.dim", "any.dims")
 def _any(x, dim=None, keepdim=False):
-    return jnp.any(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
+    return jnp.any(nx.truthy(x), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("all", "all.dim", "all.dims")
 def _all(x, dim=None, keepdim=False):
-    return jnp.all(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
+    return jnp.all(nx.truthy(x), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 def _correction(correction, unbiased):
@@ -173,13 +173,13 @@ def _logsumexp(x, dim, keepdim=False):
 @lower("linalg_vector_norm", static=("ord",))
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     dt, ct = out_dtype(), _ct()
-    x = jnp.abs(x).astype(ct) if jnp.iscomplexobj(x) else jnp.abs(nx.cast(x, dt).astype(ct))
     ax = _dims(x, dim)
+    if ord == 0:   # the count of nonzero values, read from the bits before any float op
+        return jnp.sum(nx.cast(nx.truthy(x), ct), axis=ax, keepdims=keepdim).astype(dt)
+    x = jnp.abs(x).astype(ct) if jnp.iscomplexobj(x) else jnp.abs(nx.cast(x, dt).astype(ct))
     n = 1
     for d in (range(x.ndim) if ax is None else ax):
         n *= x.shape[d]
-    if ord == 0:
-        return jnp.sum(nx.cast(x != 0, ct), axis=ax, keepdims=keepdim).astype(dt)
     if n == 1 or ord == 1:
         # eager's norm of one element is its magnitude (no power that could overflow)
         return jnp.sum(x, axis=ax, keepdims=keepdim).astype(dt)
