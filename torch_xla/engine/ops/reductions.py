@@ -167,7 +167,21 @@ def _std_mean(x, dim=None, *, correction=None, keepdim=False):
 
 @lower("logsumexp")
 def _logsumexp(x, dim, keepdim=False):
-    return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
+    dt = out_dtype()
+    if dt not in nx.HALF:
+        return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(dt)
+    # half types as eager's composite: each aten op rounds to the half type (x - max,
+    # exp, the float32 sum, log, + max), an infinite max counted as 0
+    ax = _dims(x, dim)
+    x = nx.cast(x, dt)
+    m = jnp.max(x, axis=ax, keepdims=True)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), dt), m)
+    f32 = jnp.float32
+    e = jnp.exp((x.astype(f32) - m.astype(f32)).astype(dt).astype(f32)).astype(dt)
+    s = jnp.sum(e.astype(f32), axis=ax, keepdims=keepdim).astype(dt)
+    if not keepdim:
+        m = m.reshape(s.shape)
+    return (jnp.log(s.astype(f32)).astype(dt).astype(f32) + m.astype(f32)).astype(dt)
 
 
 @lower("linalg_vector_norm", static=("ord",))
@@ -208,8 +222,28 @@ def _softmax_meta(x, dim, half_to_float):
     return torch.ops.aten._softmax.default(x, dim, half_to_float)
 
 
+def _half_softmax_along(x, dim):
+    """(x in float32, its max and its exp(x - max) along dim, the axis, the output
+    dtype) for a half-type softmax computed as eager's CPU kernels compute it, or
+    None: a float32 / float64 softmax, or eager's last-dim kernel (`x.ndim - 1`)."""
+    dt = out_dtype()
+    if dt not in nx.HALF or x.ndim == 0:
+        return None
+    d = dim % x.ndim
+    xf = nx.cast(x, dt).astype(jnp.float32)
+    m = jnp.max(xf, axis=d, keepdims=True)
+    return xf, m, d, dt
+
+
 @lower("_softmax")
 def _softmax(x, dim, half_to_float=False):
+    half = _half_softmax_along(x, dim)
+    if half is not None and half[2] != x.ndim - 1:
+        # eager's kernel for another dim stores exp(x - max) in the half type,
+        # then divides it by the float32 sum of the unrounded exponentials
+        xf, m, d, dt = half
+        e = jnp.exp(xf - m)
+        return (e.astype(dt).astype(jnp.float32) / jnp.sum(e, axis=d, keepdims=True)).astype(dt)
     # 0-d too: exp(x - x) / exp(x - x) is nan for an infinite or nan x, as eager's
     x1, d = _along(nx.cast(x, _ct()), dim)
     return jax.nn.softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
@@ -217,6 +251,13 @@ def _softmax(x, dim, half_to_float=False):
 
 @lower("_log_softmax")
 def _log_softmax(x, dim, half_to_float=False):
+    half = _half_softmax_along(x, dim)
+    if half is not None and half[2] == x.ndim - 1:
+        # eager's last-dim kernel keeps the sum of exp(x - max) and its log in the
+        # half type: x - max - log(sum), the log's argument and result rounded
+        xf, m, d, dt = half
+        s = jnp.sum(jnp.exp(xf - m), axis=d, keepdims=True).astype(dt).astype(jnp.float32)
+        return ((xf - m) - jnp.log(s).astype(dt).astype(jnp.float32)).astype(dt)
     x1, d = _along(nx.cast(x, _ct()), dim)
     return jax.nn.log_softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
 
