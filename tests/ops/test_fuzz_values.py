@@ -94,3 +94,31 @@ def test_half_log_softmax_and_logsumexp_gradients(dtype):
         return v.grad
     _both(lse, exact=True)
     _both(lsm, exact=True)
+
+
+# -- var / std: ss / max(0, N - correction); var_mean's mean is eager's Welford mean
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.complex64])
+@pytest.mark.parametrize("correction", [1, 2, 3, 1.5])
+def test_var_std_with_a_correction_of_n_or_more(dtype, correction):
+    rows = [[0.0, -4.0], [0.5, 0.5], [1.0, 3.0]]   # a zero deviation: 0 / 0 is nan
+    for fn in (lambda t: torch.var(t, -1, correction=correction),
+               lambda t: torch.std(t, 0, correction=correction, keepdim=True),
+               lambda t: torch.var_mean(t, None, correction=correction),
+               lambda t: torch.std_mean(t, (0, 1), correction=correction, keepdim=True)):
+        _both(lambda d: fn(torch.tensor(rows, device=d).to(dtype)))
+    _both(lambda d: torch.var(torch.tensor([[1 + 2j, 3 + 2j]], device=d), correction=2))
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("row", [[0.0, inf, 0.0], [-inf, 0.0, 0.0], [0.0, 1.0, inf], [inf, -inf], [0.0, -inf, inf],
+                                 [1.0, nan, inf], [inf], [2.0, 3.0, 5.0]])
+def test_var_mean_std_mean_mean_with_infinities(dtype, row):
+    # eager's Welford pass: an infinity followed by a value is nan, one read last stays
+    x = lambda d: torch.tensor([row, row[::-1]], dtype=dtype, device=d)  # noqa: E731
+    _both(lambda d: torch.var_mean(x(d), -1, unbiased=False))
+    _both(lambda d: torch.std_mean(x(d), 1, correction=0, keepdim=True))
+    _both(lambda d: torch.var_mean(x(d)[:1], None))
+    _both(lambda d: torch.std_mean(x(d).t(), 0))

@@ -135,34 +135,78 @@ def _correction(correction, unbiased):
     return 1 if unbiased else 0
 
 
+def _moments(x, dim, correction, keepdim):
+    """(variance, mean) as eager: the sum of squared deviations over
+    max(0, N - correction), so a correction of N or more gives inf (nan when every
+    deviation is 0); half types in float32."""
+    ax = _dims(x, dim)
+    x = nx.up(x)
+    n = 1
+    for d in (range(x.ndim) if ax is None else ax):
+        n *= x.shape[d]
+    mean = jnp.mean(x, axis=ax, keepdims=True)
+    dev = x - mean
+
+    def over_n(dev):
+        ss = jnp.sum(dev * dev, axis=ax, keepdims=keepdim)
+        if isinstance(correction, (int, float)):
+            return ss / max(0.0, n - correction)
+        # a scalar leaf
+        return ss / jnp.maximum(n - correction.astype(ss.dtype), jnp.zeros((), ss.dtype))
+    # complex: the real part's variance plus the imaginary part's, as eager adds them
+    var = over_n(jnp.real(dev)) + over_n(jnp.imag(dev)) if jnp.iscomplexobj(dev) else over_n(dev)
+    if not keepdim:
+        mean = mean.reshape(var.shape)
+    return var, mean, ax
+
+
+def _welford_mean(x, ax, mean):
+    """The mean eager's var_mean / std_mean give (a Welford pass in reading order):
+    an infinity followed by any value makes it nan (inf - inf); an infinity read
+    last is the mean. Finite rows keep `mean`."""
+    if jnp.iscomplexobj(x) or not jnp.issubdtype(x.dtype, jnp.floating):
+        return mean
+    x = nx.up(x)
+    ax = tuple(range(x.ndim)) if ax is None else ax
+    keep = [i for i in range(x.ndim) if i not in ax]
+    n = 1
+    for d in ax:
+        n *= x.shape[d]
+    if n == 0 or x.size == 0:
+        return mean
+    rows = jnp.transpose(x, keep + list(ax)).reshape([x.shape[i] for i in keep] + [n])
+    odd = ~jnp.isfinite(rows)
+    count = jnp.sum(odd, axis=-1)
+    last = rows[..., -1]
+    kept = (count == 1) & odd[..., -1] & ~jnp.isnan(last)
+    odd_mean = jnp.where(kept, last, jnp.full((), jnp.nan, last.dtype))
+    return jnp.where((count == 0).reshape(mean.shape), mean, odd_mean.reshape(mean.shape).astype(mean.dtype))
+
+
 @lower("var.correction", "var.dim", "var")
 def _var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.var(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(out_dtype())
+    return _moments(x, dim, _correction(correction, unbiased), keepdim)[0].astype(out_dtype())
 
 
 @lower("std.correction", "std.dim", "std")
 def _std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.std(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(out_dtype())
+    return jnp.sqrt(_moments(x, dim, _correction(correction, unbiased), keepdim)[0]).astype(out_dtype())
 
 
 @lower("var_mean.correction")
 def _var_mean(x, dim=None, *, correction=None, keepdim=False):
-    ax = _dims(x, dim)
-    x = nx.up(x)
-    return (jnp.var(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(out_dtype(0)),
-            jnp.mean(x, axis=ax, keepdims=keepdim).astype(out_dtype(1)))
+    var, mean, ax = _moments(x, dim, _correction(correction, None), keepdim)
+    return var.astype(out_dtype(0)), _welford_mean(x, ax, mean).astype(out_dtype(1))
 
 
 @lower("std_mean.correction")
 def _std_mean(x, dim=None, *, correction=None, keepdim=False):
-    ax = _dims(x, dim)
-    x = nx.up(x)
-    return (jnp.std(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(out_dtype(0)),
-            jnp.mean(x, axis=ax, keepdims=keepdim).astype(out_dtype(1)))
+    var, mean, ax = _moments(x, dim, _correction(correction, None), keepdim)
+    return jnp.sqrt(var).astype(out_dtype(0)), _welford_mean(x, ax, mean).astype(out_dtype(1))
 
 
 @lower("logsumexp")
