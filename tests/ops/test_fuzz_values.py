@@ -122,3 +122,22 @@ def test_var_mean_std_mean_mean_with_infinities(dtype, row):
     _both(lambda d: torch.std_mean(x(d), 1, correction=0, keepdim=True))
     _both(lambda d: torch.var_mean(x(d)[:1], None))
     _both(lambda d: torch.std_mean(x(d).t(), 0))
+
+
+# -- add / sub read a one-element operand converted to the half type (mul / div do not)
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scalar", [0.5413, "f64", "f32"])
+def test_half_add_sub_round_a_scalar_operand(dtype, scalar):
+    x = (torch.randn(200, generator=torch.Generator().manual_seed(1)) * 3).to(dtype)
+
+    def s(d):
+        if scalar == "f64":
+            return torch.tensor(0.5413, dtype=torch.float64, device=d)
+        if scalar == "f32":
+            return torch.tensor(0.5413, device=d)
+        return scalar
+    for op in (torch.add, torch.sub, torch.rsub, torch.mul, torch.div):
+        _both(lambda d: op(x.to(d), s(d)), exact=True)
+    _both(lambda d: torch.sub(torch.tensor([[0.0, 0.421]], dtype=dtype, device=d),
+                              torch.tensor(0.5413, dtype=torch.float64, device=d)), exact=True)

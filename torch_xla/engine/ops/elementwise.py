@@ -39,18 +39,23 @@ def _wide(x):
 
 # -- arithmetic -------------------------------------------------------------
 
-def _operands(a, b):
+def _operands(a, b, exact_scalar=True):
     """(a, b, dt, ct): the operands of a binary arithmetic op in ct, the dtype eager
     computes it in; dt is the output dtype. Half outputs compute in float32 and
-    round once (opmath); a one-element second operand keeps its own precision
-    there, as eager's CPU kernels read it unrounded (TensorIterator's
-    original_scalar_value: `f16_t / 3.3` divides by 3.3, not by f16(3.3))."""
+    round once (opmath); with `exact_scalar` (mul, div), a one-element second
+    operand keeps its own precision there, as eager's CPU kernels read it
+    unrounded (TensorIterator's original_scalar_value: `f16_t / 3.3` divides by
+    3.3, not by f16(3.3)); add and sub read it converted to the half type
+    (`scalar_value`: `f16_t - 0.5413` subtracts f16(0.5413))."""
     dt = out_dtype()
     if dt not in nx.HALF:
         return _as(a, dt), _as(b, dt), dt, dt
     ct = jnp.dtype(jnp.float32)
     a = _as(_as(a, dt), ct)
-    b = _as(b, ct) if isinstance(b, (int, float, bool)) or b.size == 1 else _as(_as(b, dt), ct)
+    if exact_scalar and (isinstance(b, (int, float, bool)) or b.size == 1):
+        b = _as(b, ct)
+    else:
+        b = _as(_as(b, dt), ct)
     return a, b, dt, ct
 
 
@@ -62,7 +67,7 @@ def _scaled(b, alpha, dt, ct):
 
 @lower("add.Tensor", "add.Scalar")
 def _add(a, b, alpha=1):
-    a, b, dt, ct = _operands(a, b)
+    a, b, dt, ct = _operands(a, b, exact_scalar=False)
     if dt == jnp.bool_:
         return a | (b & _as(alpha, dt))
     return _as(a + _scaled(b, alpha, dt, ct), dt)
@@ -70,7 +75,7 @@ def _add(a, b, alpha=1):
 
 @lower("sub.Tensor", "sub.Scalar")
 def _sub(a, b, alpha=1):
-    a, b, dt, ct = _operands(a, b)
+    a, b, dt, ct = _operands(a, b, exact_scalar=False)
     return _as(a - _scaled(b, alpha, dt, ct), dt)
 
 
