@@ -141,3 +141,16 @@ def test_half_add_sub_round_a_scalar_operand(dtype, scalar):
         _both(lambda d: op(x.to(d), s(d)), exact=True)
     _both(lambda d: torch.sub(torch.tensor([[0.0, 0.421]], dtype=dtype, device=d),
                               torch.tensor(0.5413, dtype=torch.float64, device=d)), exact=True)
+
+
+# -- gelu at the infinities (eager: oneDNN for float32 / bfloat16 tensors of 2+ elements)
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("vals", [[inf], [-inf], [0.0, inf, -inf, nan, 3.0], [[0.0], [inf]]])
+def test_gelu_at_infinities(dtype, vals):
+    def fn(d):
+        x = torch.tensor(vals, dtype=dtype, device=d).requires_grad_()
+        y = torch.nn.functional.gelu(x)
+        y.backward(torch.ones_like(y))
+        return y.detach(), x.grad
+    _both(fn)

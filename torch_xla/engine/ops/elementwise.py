@@ -423,18 +423,28 @@ def _round(x, decimals=0):
     return jnp.round(x, decimals)
 
 
-@lower("gelu")
-@nx.opmath
-def _gelu(x, approximate="none"):
+def _gelu_formula(x, approximate):
     if approximate == "tanh":
         return jax.nn.gelu(x, approximate=True)
     return (0.5 * x * (1.0 + jax.scipy.special.erf(x / jnp.sqrt(jnp.asarray(2.0, x.dtype))))).astype(x.dtype)
 
 
+@lower("gelu")
+@nx.opmath
+def _gelu(x, approximate="none"):
+    y = _gelu_formula(x, approximate)
+    if approximate != "tanh" and out_dtype() in (jnp.float32, jnp.bfloat16) and x.size > 1:
+        # eager runs a float32 / bfloat16 tensor of two or more elements through
+        # oneDNN, whose erf-based GELU is nan at +inf (its own kernel, for one
+        # element, float16 and float64, gives inf)
+        y = jnp.where(x == jnp.inf, jnp.full((), jnp.nan, y.dtype), y)
+    return y
+
+
 @lower("gelu_backward")
 @nx.opmath
 def _gelu_backward(grad, x, approximate="none"):
-    return vjp_of(lambda y: _gelu(y, approximate), (x,), grad)[0]
+    return vjp_of(lambda y: _gelu_formula(y, approximate), (x,), grad)[0]
 
 
 @lower("leaky_relu")
