@@ -154,3 +154,22 @@ def test_gelu_at_infinities(dtype, vals):
         y.backward(torch.ones_like(y))
         return y.detach(), x.grad
     _both(fn)
+
+
+# -- alpha == 0: eager's BLAS paths skip the product (its own loops do not)
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.bfloat16])
+def test_matmul_family_with_alpha_zero(dtype):
+    def operands(d, n=2, k=2, m=2, batch=None):
+        lead = () if batch is None else (batch,)
+        a = torch.ones(lead + (n, k), dtype=dtype)
+        a[(0,) * a.dim()] = nan
+        a.view(-1)[-1] = inf
+        return a.to(d), torch.ones(lead + (k, m), dtype=dtype, device=d), torch.full(lead + (n, m), 2.0, dtype=dtype, device=d)
+    _both(lambda d: torch.addmm(operands(d)[2], *operands(d)[:2], alpha=0.0, beta=5))
+    _both(lambda d: torch.addmm(operands(d)[2][0], *operands(d)[:2], alpha=0))
+    _both(lambda d: torch.addmv(operands(d)[2][0], operands(d)[0], operands(d)[1][0], alpha=0.0))
+    _both(lambda d: torch.addbmm(operands(d)[2], *operands(d, batch=3)[:2], alpha=0.0, beta=0))
+    _both(lambda d: torch.baddbmm(*operands(d, batch=2)[2:], *operands(d, batch=2)[:2], alpha=0.0))
+    _both(lambda d: torch.baddbmm(*operands(d, 5, 8, 10, batch=2)[2:], *operands(d, 5, 8, 10, batch=2)[:2], alpha=0.0))
+    _both(lambda d: torch.addr(operands(d)[2], operands(d)[0][:, 0], operands(d)[1][0], alpha=0.0))
