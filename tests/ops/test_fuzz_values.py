@@ -173,3 +173,22 @@ def test_matmul_family_with_alpha_zero(dtype):
     _both(lambda d: torch.baddbmm(*operands(d, batch=2)[2:], *operands(d, batch=2)[:2], alpha=0.0))
     _both(lambda d: torch.baddbmm(*operands(d, 5, 8, 10, batch=2)[2:], *operands(d, 5, 8, 10, batch=2)[:2], alpha=0.0))
     _both(lambda d: torch.addr(operands(d)[2], operands(d)[0][:, 0], operands(d)[1][0], alpha=0.0))
+
+
+# -- log of a power of the same graph: XLA would rewrite it to b * log(|a|)
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log_of_a_negative_power(dtype):
+    e = lambda d: torch.tensor([0.0, 1.0, 3.0, 2.0, 0.5, -1.0], dtype=dtype, device=d)  # noqa: E731
+    base = lambda d: torch.tensor([-1.5, -1.5, -2.0, -2.0, -4.0, 0.0], dtype=dtype, device=d)  # noqa: E731
+    _both(lambda d: torch.pow(-1.5, e(d)).log())
+    _both(lambda d: torch.pow(base(d), e(d)).log2())
+    _both(lambda d: torch.pow(base(d), 2.5).log10())
+    _both(lambda d: torch.float_power(base(d), e(d)).log())
+    _both(lambda d: torch.pow(base(d), e(d)).log_())
+    _both(lambda d: torch.pow(torch.tensor([-1.5, 2.0], dtype=dtype, device=d), 3.0).log())
+
+
+def test_log_of_a_power_in_half_precision():
+    _both(lambda d: torch.pow(torch.tensor([-1.5, 2.0], dtype=torch.bfloat16, device=d),
+                              torch.tensor([1.0, 0.5], dtype=torch.bfloat16, device=d)).log())

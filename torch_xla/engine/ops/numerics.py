@@ -14,6 +14,11 @@ other than what eager PyTorch computes.
   also decide inf // 1 = nan and 0.5 // -inf = -1).
 - `opmath`: eager computes float16 / bfloat16 math in float32 and rounds once
   (at::opmath_type); these helpers do the same.
+- `power` / `log_operand`: XLA's simplifier rewrites log(pow(a, b)) into
+  b * log(|a|) (select(b == 0, 0, ...)), wrong for a negative base (eager:
+  log(pow(-1.5, 1.0)) is nan). A log whose operand is a power this graph computes
+  reads it through a no-op reduce-precision, which the rewrite does not look
+  through; no other op pays anything.
 - `truthy`: x != 0 read from the bits for floats. XLA:CPU executes with the
   processor's denormals-are-zero and flush-to-zero modes on (the PJRT CPU client
   sets them around every execution; no compile option or XLA flag turns them
@@ -165,3 +170,28 @@ def floor_divide(a, b):
 def trunc_divide(a, b):
     """Eager's truncating division of floats: trunc of the rounded quotient."""
     return jnp.trunc(true_divide(a, b))
+
+
+def power(a, b):
+    """jnp.power(a, b), remembered (while a graph is lowered) as a power a log may
+    read: see `log_operand`."""
+    out = jnp.power(a, b)
+    if ctx.powers is not None:
+        ctx.powers[id(out)] = out
+    return out
+
+
+_PRECISION_BITS = {jnp.dtype(jnp.float32): (8, 23), jnp.dtype(jnp.float64): (11, 52)}
+
+
+def log_operand(x):
+    """x as a log should read it: a power of this graph (`power`) through a no-op
+    reduce-precision (an optimization barrier for complex), so that XLA keeps
+    log(pow(a, b)) as written."""
+    seen = ctx.powers
+    if not seen or seen.get(id(x)) is not x:
+        return x
+    bits = _PRECISION_BITS.get(x.dtype)
+    if bits is not None:
+        return lax.reduce_precision(x, *bits)
+    return lax.optimization_barrier(x)
