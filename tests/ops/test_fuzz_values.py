@@ -202,3 +202,20 @@ def test_float32_sinh_cosh_exp2_accuracy(op):
     for chunk in x.split(8):   # small tensors: eager's scalar loop (std::sinh)
         _both(lambda d: op(chunk.to(d)))
     _both(lambda d: op(torch.tensor([35.0, -35.0, 1e-3, 0.5, 10.0, 120.0], device=d)))
+
+
+# -- hardshrink / softshrink gradients at NaN: eager's vectorized body gives 0, its
+#    scalar tail the gradient
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("n", [3, 8, 16, 17, 33, 64])
+@pytest.mark.parametrize("fn", [torch.nn.functional.hardshrink, torch.nn.functional.softshrink])
+def test_shrink_gradient_at_nan(dtype, n, fn):
+    def grad(d):
+        x = torch.zeros(n, dtype=dtype)
+        x[0], x[-1] = nan, nan
+        x = x.to(d).requires_grad_()
+        (fn(x * 0.5, 0.25) * 3).sum().backward()
+        return x.grad
+    _both(grad, exact=True)
+    _both(lambda d: grad(d).reshape(-1))

@@ -679,16 +679,28 @@ def _mvlgamma(x, p):
     return _sp.multigammaln(_as(x, dt), p).astype(dt)
 
 
-@lower("softshrink_backward")
-def _softshrink_backward(grad, x, lambd):
-    lam = _as(lambd, x.dtype)
-    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+def _vector_lanes(shape, dtype):
+    """Where eager's CPU loop over a contiguous tensor of `shape` uses its
+    vectorized body: the elements before the last partial step of 64 bytes (its
+    AVX2 kernels, also on AVX512 machines, step two 32-byte vectors at a time); the
+    rest go through the scalar body. The two bodies differ at NaN for some ops."""
+    n = math.prod(shape)
+    step = 64 // jnp.dtype(dtype).itemsize
+    return (jnp.arange(n) < n - n % step).reshape(shape)
 
 
-@lower("hardshrink_backward")
-def _hardshrink_backward(grad, x, lambd):
+def _shrink_backward(grad, x, lambd):
+    # eager's scalar body: (x >= -l && x <= l) ? 0 : grad (NaN keeps grad); its
+    # vectorized body: (x < -l || x > l) ? grad : 0 (NaN gives 0)
     lam = _as(lambd, x.dtype)
-    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+    inside = (x >= -lam) & (x <= lam)
+    if _is_float(x.dtype) and x.size:
+        inside = inside | (jnp.isnan(x) & _vector_lanes(x.shape, x.dtype))
+    return jnp.where(inside, jnp.zeros((), grad.dtype), grad)
+
+
+lower("softshrink_backward")(_shrink_backward)
+lower("hardshrink_backward")(_shrink_backward)
 
 
 # Binary ops computed in PyTorch's result dtype: both operands cast to it, then one jnp call.
