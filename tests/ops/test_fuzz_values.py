@@ -219,3 +219,12 @@ def test_shrink_gradient_at_nan(dtype, n, fn):
         return x.grad
     _both(grad, exact=True)
     _both(lambda d: grad(d).reshape(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape,dim", [((1, 2, 0), -1), ((0, 2), 0), ((4, 0, 5, 3), -3), ((5, 0), 0)])
+def test_half_softmax_family_of_nothing(dtype, shape, dim):
+    x = lambda d: torch.zeros(shape, dtype=dtype, device=d)  # noqa: E731
+    _both(lambda d: torch.softmax(x(d), dim))
+    _both(lambda d: torch.log_softmax(x(d), dim))
+    _both(lambda d: torch.logsumexp(x(d), dim))

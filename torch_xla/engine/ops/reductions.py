@@ -212,7 +212,7 @@ def _std_mean(x, dim=None, *, correction=None, keepdim=False):
 @lower("logsumexp")
 def _logsumexp(x, dim, keepdim=False):
     dt = out_dtype()
-    if dt not in nx.HALF:
+    if dt not in nx.HALF or x.size == 0:
         return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(dt)
     # half types as eager's composite: each aten op rounds to the half type (x - max,
     # exp, the float32 sum, log, + max), an infinite max counted as 0
@@ -271,7 +271,7 @@ def _half_softmax_along(x, dim):
     dtype) for a half-type softmax computed as eager's CPU kernels compute it, or
     None: a float32 / float64 softmax, or eager's last-dim kernel (`x.ndim - 1`)."""
     dt = out_dtype()
-    if dt not in nx.HALF or x.ndim == 0:
+    if dt not in nx.HALF or x.ndim == 0 or x.size == 0:
         return None
     d = dim % x.ndim
     xf = nx.cast(x, dt).astype(jnp.float32)
