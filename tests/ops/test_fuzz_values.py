@@ -228,3 +228,7 @@ def test_half_softmax_family_of_nothing(dtype, shape, dim):
     _both(lambda d: torch.softmax(x(d), dim))
     _both(lambda d: torch.log_softmax(x(d), dim))
     _both(lambda d: torch.logsumexp(x(d), dim))
+
+
+def test_softmax_of_an_empty_bool_tensor():
+    _both(lambda d: torch.softmax(torch.zeros(2, 0, 3, dtype=torch.bool, device=d), 2))

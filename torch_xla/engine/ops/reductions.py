@@ -281,6 +281,8 @@ def _half_softmax_along(x, dim):
 
 @lower("_softmax")
 def _softmax(x, dim, half_to_float=False):
+    if x.size == 0:   # eager runs no kernel on nothing (a bool tensor included)
+        return jnp.zeros(x.shape, out_dtype())
     half = _half_softmax_along(x, dim)
     if half is not None and half[2] != x.ndim - 1:
         # eager's kernel for another dim stores exp(x - max) in the half type,
@@ -295,6 +297,8 @@ def _softmax(x, dim, half_to_float=False):
 
 @lower("_log_softmax")
 def _log_softmax(x, dim, half_to_float=False):
+    if x.size == 0:
+        return jnp.zeros(x.shape, out_dtype())
     half = _half_softmax_along(x, dim)
     if half is not None and half[2] == x.ndim - 1:
         # eager's last-dim kernel keeps the sum of exp(x - max) and its log in the
