@@ -118,7 +118,8 @@ def test_division_of_equal_operands_is_one():
 
 
 def test_half_second_operand_at_its_own_precision():
-    # eager's half kernels read a one-element second operand unrounded
+    # eager's half kernels for mul, div and floor division read a one-element second
+    # operand unrounded (add and sub round it: tests/ops/test_fuzz_values.py)
     x = torch.tensor([2.5, 3.296875, 1000.], dtype=torch.float16)
     for fn in (lambda t: t / 3.3, lambda t: t / torch.tensor(3.3), lambda t: t // 3.3,
                lambda t: t * 3.3, lambda t: t - 0.3, lambda t: torch.lerp(t, t.flip(0), 0.7)):

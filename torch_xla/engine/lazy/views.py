@@ -303,8 +303,9 @@ def _convert_meta(x, *, shape, dtype):
 
 def _convert_lowering(x, *, shape, dtype):
     target = to_jax(dtype)
-    if jnp.iscomplexobj(x) and not jnp.issubdtype(target, jnp.complexfloating):
+    if jnp.iscomplexobj(x) and not jnp.issubdtype(target, jnp.complexfloating) and target != jnp.bool_:
         x = jnp.real(x)   # PyTorch keeps the real part (with its own warning); JAX's cast is deprecated
+        #                   (bool: either part, as eager's static_cast<bool> of a complex)
     return jnp.broadcast_to(cast(x, target), shape)
 
 

@@ -33,6 +33,7 @@ class _Current(threading.local):
     token = None
     scope = None
     dump = False
+    powers = None   # id -> array: the power results of the graph being lowered (numerics.power)
 
 
 ctx = _Current()
@@ -41,13 +42,13 @@ ctx = _Current()
 @contextlib.contextmanager
 def lowering(c):
     """Run rules under LoweringContext `c` (restores the previous one after)."""
-    saved = (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump)
+    saved = (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump, ctx.powers)
     ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope = c.platform, c.axis, c.size, None, c.scope
-    ctx.dump = c.dump
+    ctx.dump, ctx.powers = c.dump, {}
     try:
         yield ctx
     finally:
-        ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump = saved
+        ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump, ctx.powers = saved
 
 
 def out_dtype(i=0):

@@ -37,20 +37,32 @@ def _wide(x):
     return x.astype(jnp.float64) if x.dtype == jnp.float32 else x
 
 
+def _in_float64(fn):
+    """fn computed as `_wide` says, rounded back: for XLA's float32 exp2, sinh and
+    cosh, whose error grows with |x| (exp of a rounded product or sum: 24 ulps
+    at sinh(35)) where eager's is within an ulp."""
+    return lambda x: fn(_wide(x)).astype(x.dtype)
+
+
 # -- arithmetic -------------------------------------------------------------
 
-def _operands(a, b):
+def _operands(a, b, exact_scalar=True):
     """(a, b, dt, ct): the operands of a binary arithmetic op in ct, the dtype eager
     computes it in; dt is the output dtype. Half outputs compute in float32 and
-    round once (opmath); a one-element second operand keeps its own precision
-    there, as eager's CPU kernels read it unrounded (TensorIterator's
-    original_scalar_value: `f16_t / 3.3` divides by 3.3, not by f16(3.3))."""
+    round once (opmath); with `exact_scalar` (mul, div), a one-element second
+    operand keeps its own precision there, as eager's CPU kernels read it
+    unrounded (TensorIterator's original_scalar_value: `f16_t / 3.3` divides by
+    3.3, not by f16(3.3)); add and sub read it converted to the half type
+    (`scalar_value`: `f16_t - 0.5413` subtracts f16(0.5413))."""
     dt = out_dtype()
     if dt not in nx.HALF:
         return _as(a, dt), _as(b, dt), dt, dt
     ct = jnp.dtype(jnp.float32)
     a = _as(_as(a, dt), ct)
-    b = _as(b, ct) if isinstance(b, (int, float, bool)) or b.size == 1 else _as(_as(b, dt), ct)
+    if exact_scalar and (isinstance(b, (int, float, bool)) or b.size == 1):
+        b = _as(b, ct)
+    else:
+        b = _as(_as(b, dt), ct)
     return a, b, dt, ct
 
 
@@ -62,7 +74,7 @@ def _scaled(b, alpha, dt, ct):
 
 @lower("add.Tensor", "add.Scalar")
 def _add(a, b, alpha=1):
-    a, b, dt, ct = _operands(a, b)
+    a, b, dt, ct = _operands(a, b, exact_scalar=False)
     if dt == jnp.bool_:
         return a | (b & _as(alpha, dt))
     return _as(a + _scaled(b, alpha, dt, ct), dt)
@@ -70,7 +82,7 @@ def _add(a, b, alpha=1):
 
 @lower("sub.Tensor", "sub.Scalar")
 def _sub(a, b, alpha=1):
-    a, b, dt, ct = _operands(a, b)
+    a, b, dt, ct = _operands(a, b, exact_scalar=False)
     return _as(a - _scaled(b, alpha, dt, ct), dt)
 
 
@@ -169,7 +181,7 @@ def _pow(a, b):
         return a | ~b
     if not _is_float(dt) and not jnp.issubdtype(dt, jnp.complexfloating):
         return _int_pow(a, b)
-    return jnp.power(a, b)
+    return nx.power(a, b)
 
 
 def _in_opmath(*xs):
@@ -235,10 +247,7 @@ def _logical(fn):
     return rule
 
 
-def _truthy(x):
-    if isinstance(x, (int, float, bool, complex)):
-        return jnp.asarray(bool(x))
-    return x != 0 if x.dtype != jnp.bool_ else x
+_truthy = nx.truthy   # floats by their bits: XLA:CPU reads a subnormal as 0
 
 
 lower("logical_and")(lambda a, b: _as(_truthy(a) & _truthy(b), out_dtype()))
@@ -250,18 +259,23 @@ lower("bitwise_not")(lambda a: jnp.invert(a) if a.dtype != jnp.bool_ else ~a)
 
 # -- comparisons -------------------------------------------------------------
 
-def _compare(fn):
+def _compare(fn, zero_test=None):
+    """`zero_test`: x == 0 / x != 0 against a Python zero, from the bits
+    (nx.truthy; XLA:CPU's comparison would read a subnormal x as 0)."""
     def rule(a, b):
         dt = _cd()
         if dt is None:
             dt = jnp.result_type(a, b)
+        if zero_test is not None and type(b) in (int, float) and b == 0 and _is_float(dt):
+            return zero_test(nx.truthy(_as(a, dt)))
         return fn(_as(a, dt), _as(b, dt))
     return rule
 
 
-for _n, _fn in (("eq", jnp.equal), ("ne", jnp.not_equal), ("lt", jnp.less), ("le", jnp.less_equal),
-                ("gt", jnp.greater), ("ge", jnp.greater_equal)):
-    lower(f"{_n}.Tensor", f"{_n}.Scalar")(_compare(_fn))
+for _n, _fn, _zt in (("eq", jnp.equal, jnp.logical_not), ("ne", jnp.not_equal, lambda t: t),
+                     ("lt", jnp.less, None), ("le", jnp.less_equal, None),
+                     ("gt", jnp.greater, None), ("ge", jnp.greater_equal, None)):
+    lower(f"{_n}.Tensor", f"{_n}.Scalar")(_compare(_fn, _zt))
 lower("isclose")(lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False: jnp.isclose(
     a, _as(b, a.dtype), rtol=rtol, atol=atol, equal_nan=equal_nan))
 
@@ -285,10 +299,11 @@ def _unary(fn, float_only=True, exact=False):
 
 
 _UNARY = {
-    "neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp, "exp2": jnp.exp2, "expm1": jnp.expm1,
-    "log": jnp.log, "log2": jnp.log2, "log10": jnp.log10, "log1p": jnp.log1p, "sqrt": jnp.sqrt,
+    "neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp, "exp2": _in_float64(jnp.exp2), "expm1": jnp.expm1,
+    "log": lambda x: jnp.log(nx.log_operand(x)), "log2": lambda x: jnp.log2(nx.log_operand(x)),
+    "log10": lambda x: jnp.log10(nx.log_operand(x)), "log1p": jnp.log1p, "sqrt": jnp.sqrt,
     "rsqrt": lax.rsqrt, "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin,
-    "acos": jnp.arccos, "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh,
+    "acos": jnp.arccos, "atan": jnp.arctan, "sinh": _in_float64(jnp.sinh), "cosh": _in_float64(jnp.cosh), "tanh": jnp.tanh,
     "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh, "arcsin": jnp.arcsin,
     "arccos": jnp.arccos, "arctan": jnp.arctan, "arcsinh": jnp.arcsinh, "arccosh": jnp.arccosh,
     "arctanh": jnp.arctanh, "sigmoid": jax.nn.sigmoid, "erf": jax.scipy.special.erf,
@@ -416,18 +431,28 @@ def _round(x, decimals=0):
     return jnp.round(x, decimals)
 
 
-@lower("gelu")
-@nx.opmath
-def _gelu(x, approximate="none"):
+def _gelu_formula(x, approximate):
     if approximate == "tanh":
         return jax.nn.gelu(x, approximate=True)
     return (0.5 * x * (1.0 + jax.scipy.special.erf(x / jnp.sqrt(jnp.asarray(2.0, x.dtype))))).astype(x.dtype)
 
 
+@lower("gelu")
+@nx.opmath
+def _gelu(x, approximate="none"):
+    y = _gelu_formula(x, approximate)
+    if approximate != "tanh" and out_dtype() in (jnp.float32, jnp.bfloat16) and x.size > 1:
+        # eager runs a float32 / bfloat16 tensor of two or more elements through
+        # oneDNN, whose erf-based GELU is nan at +inf (its own kernel, for one
+        # element, float16 and float64, gives inf)
+        y = jnp.where(x == jnp.inf, jnp.full((), jnp.nan, y.dtype), y)
+    return y
+
+
 @lower("gelu_backward")
 @nx.opmath
 def _gelu_backward(grad, x, approximate="none"):
-    return vjp_of(lambda y: _gelu(y, approximate), (x,), grad)[0]
+    return vjp_of(lambda y: _gelu_formula(y, approximate), (x,), grad)[0]
 
 
 @lower("leaky_relu")
@@ -654,16 +679,28 @@ def _mvlgamma(x, p):
     return _sp.multigammaln(_as(x, dt), p).astype(dt)
 
 
-@lower("softshrink_backward")
-def _softshrink_backward(grad, x, lambd):
-    lam = _as(lambd, x.dtype)
-    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+def _vector_lanes(shape, dtype):
+    """Where eager's CPU loop over a contiguous tensor of `shape` uses its
+    vectorized body: the elements before the last partial step of 64 bytes (its
+    AVX2 kernels, also on AVX512 machines, step two 32-byte vectors at a time); the
+    rest go through the scalar body. The two bodies differ at NaN for some ops."""
+    n = math.prod(shape)
+    step = 64 // jnp.dtype(dtype).itemsize
+    return (jnp.arange(n) < n - n % step).reshape(shape)
 
 
-@lower("hardshrink_backward")
-def _hardshrink_backward(grad, x, lambd):
+def _shrink_backward(grad, x, lambd):
+    # eager's scalar body: (x >= -l && x <= l) ? 0 : grad (NaN keeps grad); its
+    # vectorized body: (x < -l || x > l) ? grad : 0 (NaN gives 0)
     lam = _as(lambd, x.dtype)
-    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
+    inside = (x >= -lam) & (x <= lam)
+    if _is_float(x.dtype) and x.size:
+        inside = inside | (jnp.isnan(x) & _vector_lanes(x.shape, x.dtype))
+    return jnp.where(inside, jnp.zeros((), grad.dtype), grad)
+
+
+lower("softshrink_backward")(_shrink_backward)
+lower("hardshrink_backward")(_shrink_backward)
 
 
 # Binary ops computed in PyTorch's result dtype: both operands cast to it, then one jnp call.
@@ -685,7 +722,7 @@ for _names, _fn in (
     lower(*_names)(_binary_same(_fn))
 # not exact in the output precision: half types in float32, rounded once
 for _names, _fn in (
-    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), jnp.power),
+    (("float_power.Tensor_Tensor", "float_power.Tensor_Scalar", "float_power.Scalar",), nx.power),
     (("atan2", "arctan2",), jnp.arctan2),
     (("hypot",), jnp.hypot),
     (("special_zeta", "special_zeta.other_scalar", "special_zeta.self_scalar",), lambda a, b: _zeta(a, b)),

@@ -27,11 +27,24 @@ def _is(v, c):
     return isinstance(v, (int, float)) and v == c
 
 
-def _scaled_sum(prod, bias, beta, alpha, dt):
-    out = prod if _is(alpha, 1) else prod * jnp.asarray(alpha, dt)
+def _scaled_sum(prod, bias, beta, alpha, dt, blas=False):
+    """beta * bias + alpha * prod. `blas`: eager reaches a BLAS gemm, which skips
+    the product when alpha == 0 (NaN and inf in the operands do not reach the
+    result)."""
+    if blas and _is(alpha, 0):
+        out = jnp.zeros(prod.shape, dt)
+    else:
+        out = prod if _is(alpha, 1) else prod * jnp.asarray(alpha, dt)
     if _is(beta, 0):  # beta == 0 ignores bias (even NaN), as PyTorch does
         return out
     return out + (bias.astype(dt) if _is(beta, 1) else bias.astype(dt) * jnp.asarray(beta, dt))
+
+
+def _blas(dt, complex_ok=True):
+    """eager's float32 / float64 (and complex) products go through BLAS; its half
+    types do not."""
+    dt = jnp.dtype(dt)
+    return dt in (jnp.float32, jnp.float64) or (complex_ok and jnp.issubdtype(dt, jnp.complexfloating))
 
 
 def _acc(dt):
@@ -47,14 +60,18 @@ def _addmm(bias, a, b, beta=1, alpha=1):
     prod = _mm(a, b, acc)
     if prod.ndim == 3:
         prod = prod.sum(0)
-    return _scaled_sum(prod, bias, beta, alpha, acc or dt).astype(dt)
+    blas = _blas(dt, complex_ok=b.ndim > 1)   # eager's complex addmv has a loop of its own
+    return _scaled_sum(prod, bias, beta, alpha, acc or dt, blas).astype(dt)
 
 
 @lower("baddbmm")
 def _baddbmm(bias, a, b, beta=1, alpha=1):
     dt = out_dtype()
     acc = _acc(dt)
-    return _scaled_sum(_mm(a, b, acc), bias, beta, alpha, acc or dt).astype(dt)
+    # eager multiplies small batches (rows * cols * contraction < 400) in a loop of
+    # its own, larger ones through BLAS
+    blas = _blas(dt) and a.shape[-2] * a.shape[-1] * b.shape[-1] >= 400
+    return _scaled_sum(_mm(a, b, acc), bias, beta, alpha, acc or dt, blas).astype(dt)
 
 
 @lower("addr")

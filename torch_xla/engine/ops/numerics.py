@@ -14,6 +14,16 @@ other than what eager PyTorch computes.
   also decide inf // 1 = nan and 0.5 // -inf = -1).
 - `opmath`: eager computes float16 / bfloat16 math in float32 and rounds once
   (at::opmath_type); these helpers do the same.
+- `power` / `log_operand`: XLA's simplifier rewrites log(pow(a, b)) into
+  b * log(|a|) (select(b == 0, 0, ...)), wrong for a negative base (eager:
+  log(pow(-1.5, 1.0)) is nan). A log whose operand is a power this graph computes
+  reads it through a no-op reduce-precision, which the rewrite does not look
+  through; no other op pays anything.
+- `truthy`: x != 0 read from the bits for floats. XLA:CPU executes with the
+  processor's denormals-are-zero and flush-to-zero modes on (the PJRT CPU client
+  sets them around every execution; no compile option or XLA flag turns them
+  off), so a subnormal compares equal to 0 there: `bool(-1e-38)` would be False.
+  Arithmetic on subnormals stays flushed (`0 / -1e-38` is nan, not -0.0).
 """
 import functools
 
@@ -74,7 +84,8 @@ def opmath(rule):
 
 def cast(x, dt):
     """x (array or Python number) as dtype dt; a bool array becomes 0/1 by a select
-    (see the module docstring), never by a bare convert."""
+    (see the module docstring), never by a bare convert; a float array becomes
+    bool by its bits (`truthy`)."""
     dt = jnp.dtype(dt)
     if isinstance(x, _NUMBER):
         return jnp.asarray(x, dt)
@@ -82,7 +93,31 @@ def cast(x, dt):
         return x
     if x.dtype == jnp.bool_ and dt != jnp.bool_:
         return jnp.where(x, jnp.ones((), dt), jnp.zeros((), dt))
+    if dt == jnp.bool_:
+        return truthy(x)
     return x.astype(dt)
+
+
+_UINT = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def truthy(x):
+    """x != 0 as a bool array (a Python number: a bool array of one element).
+    Floats by their bits, the sign bit shifted out: a subnormal is true and -0.0
+    false, as in eager, under XLA:CPU's denormals-are-zero mode too. That holds
+    for a value read from memory (an input, a value the graph stored): LLVM turns
+    the bit test of a float it computes in registers back into a float compare
+    (seen after abs and neg), and arithmetic flushes its subnormal results anyway."""
+    if isinstance(x, _NUMBER):
+        return jnp.asarray(bool(x))
+    if x.dtype == jnp.bool_:
+        return x
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return truthy(jnp.real(x)) | truthy(jnp.imag(x))
+    if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize in _UINT:
+        bits = lax.bitcast_convert_type(x, _UINT[x.dtype.itemsize])
+        return (bits << jnp.ones((), bits.dtype)) != jnp.zeros((), bits.dtype)
+    return x != 0
 
 
 def true_divide(a, b, opaque=False):
@@ -135,3 +170,28 @@ def floor_divide(a, b):
 def trunc_divide(a, b):
     """Eager's truncating division of floats: trunc of the rounded quotient."""
     return jnp.trunc(true_divide(a, b))
+
+
+def power(a, b):
+    """jnp.power(a, b), remembered (while a graph is lowered) as a power a log may
+    read: see `log_operand`."""
+    out = jnp.power(a, b)
+    if ctx.powers is not None:
+        ctx.powers[id(out)] = out
+    return out
+
+
+_PRECISION_BITS = {jnp.dtype(jnp.float32): (8, 23), jnp.dtype(jnp.float64): (11, 52)}
+
+
+def log_operand(x):
+    """x as a log should read it: a power of this graph (`power`) through a no-op
+    reduce-precision (an optimization barrier for complex), so that XLA keeps
+    log(pow(a, b)) as written."""
+    seen = ctx.powers
+    if not seen or seen.get(id(x)) is not x:
+        return x
+    bits = _PRECISION_BITS.get(x.dtype)
+    if bits is not None:
+        return lax.reduce_precision(x, *bits)
+    return lax.optimization_barrier(x)

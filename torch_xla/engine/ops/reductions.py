@@ -119,12 +119,12 @@ def _argmin(x, dim=None, keepdim=False):
 
 @lower("any", "any.dim", "any.dims")
 def _any(x, dim=None, keepdim=False):
-    return jnp.any(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
+    return jnp.any(nx.truthy(x), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 @lower("all", "all.dim", "all.dims")
 def _all(x, dim=None, keepdim=False):
-    return jnp.all(x != 0 if x.dtype != jnp.bool_ else x, axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
+    return jnp.all(nx.truthy(x), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
 
 
 def _correction(correction, unbiased):
@@ -135,51 +135,109 @@ def _correction(correction, unbiased):
     return 1 if unbiased else 0
 
 
+def _moments(x, dim, correction, keepdim):
+    """(variance, mean) as eager: the sum of squared deviations over
+    max(0, N - correction), so a correction of N or more gives inf (nan when every
+    deviation is 0); half types in float32."""
+    ax = _dims(x, dim)
+    x = nx.up(x)
+    n = 1
+    for d in (range(x.ndim) if ax is None else ax):
+        n *= x.shape[d]
+    mean = jnp.mean(x, axis=ax, keepdims=True)
+    dev = x - mean
+
+    def over_n(dev):
+        ss = jnp.sum(dev * dev, axis=ax, keepdims=keepdim)
+        if isinstance(correction, (int, float)):
+            return ss / max(0.0, n - correction)
+        # a scalar leaf
+        return ss / jnp.maximum(n - correction.astype(ss.dtype), jnp.zeros((), ss.dtype))
+    # complex: the real part's variance plus the imaginary part's, as eager adds them
+    var = over_n(jnp.real(dev)) + over_n(jnp.imag(dev)) if jnp.iscomplexobj(dev) else over_n(dev)
+    if not keepdim:
+        mean = mean.reshape(var.shape)
+    return var, mean, ax
+
+
+def _welford_mean(x, ax, mean):
+    """The mean eager's var_mean / std_mean give (a Welford pass in reading order):
+    an infinity followed by any value makes it nan (inf - inf); an infinity read
+    last is the mean. Finite rows keep `mean`."""
+    if jnp.iscomplexobj(x) or not jnp.issubdtype(x.dtype, jnp.floating):
+        return mean
+    x = nx.up(x)
+    ax = tuple(range(x.ndim)) if ax is None else ax
+    keep = [i for i in range(x.ndim) if i not in ax]
+    n = 1
+    for d in ax:
+        n *= x.shape[d]
+    if n == 0 or x.size == 0:
+        return mean
+    rows = jnp.transpose(x, keep + list(ax)).reshape([x.shape[i] for i in keep] + [n])
+    odd = ~jnp.isfinite(rows)
+    count = jnp.sum(odd, axis=-1)
+    last = rows[..., -1]
+    kept = (count == 1) & odd[..., -1] & ~jnp.isnan(last)
+    odd_mean = jnp.where(kept, last, jnp.full((), jnp.nan, last.dtype))
+    return jnp.where((count == 0).reshape(mean.shape), mean, odd_mean.reshape(mean.shape).astype(mean.dtype))
+
+
 @lower("var.correction", "var.dim", "var")
 def _var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.var(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(out_dtype())
+    return _moments(x, dim, _correction(correction, unbiased), keepdim)[0].astype(out_dtype())
 
 
 @lower("std.correction", "std.dim", "std")
 def _std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         unbiased, dim = dim, None
-    return jnp.std(nx.up(x), axis=_dims(x, dim), ddof=_correction(correction, unbiased), keepdims=keepdim).astype(out_dtype())
+    return jnp.sqrt(_moments(x, dim, _correction(correction, unbiased), keepdim)[0]).astype(out_dtype())
 
 
 @lower("var_mean.correction")
 def _var_mean(x, dim=None, *, correction=None, keepdim=False):
-    ax = _dims(x, dim)
-    x = nx.up(x)
-    return (jnp.var(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(out_dtype(0)),
-            jnp.mean(x, axis=ax, keepdims=keepdim).astype(out_dtype(1)))
+    var, mean, ax = _moments(x, dim, _correction(correction, None), keepdim)
+    return var.astype(out_dtype(0)), _welford_mean(x, ax, mean).astype(out_dtype(1))
 
 
 @lower("std_mean.correction")
 def _std_mean(x, dim=None, *, correction=None, keepdim=False):
-    ax = _dims(x, dim)
-    x = nx.up(x)
-    return (jnp.std(x, axis=ax, ddof=_correction(correction, None), keepdims=keepdim).astype(out_dtype(0)),
-            jnp.mean(x, axis=ax, keepdims=keepdim).astype(out_dtype(1)))
+    var, mean, ax = _moments(x, dim, _correction(correction, None), keepdim)
+    return jnp.sqrt(var).astype(out_dtype(0)), _welford_mean(x, ax, mean).astype(out_dtype(1))
 
 
 @lower("logsumexp")
 def _logsumexp(x, dim, keepdim=False):
-    return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(out_dtype())
+    dt = out_dtype()
+    if dt not in nx.HALF or x.size == 0:
+        return jax.nn.logsumexp(nx.cast(x, _ct()), axis=_dims(x, dim), keepdims=keepdim).astype(dt)
+    # half types as eager's composite: each aten op rounds to the half type (x - max,
+    # exp, the float32 sum, log, + max), an infinite max counted as 0
+    ax = _dims(x, dim)
+    x = nx.cast(x, dt)
+    m = jnp.max(x, axis=ax, keepdims=True)
+    m = jnp.where(jnp.isinf(m), jnp.zeros((), dt), m)
+    f32 = jnp.float32
+    e = jnp.exp((x.astype(f32) - m.astype(f32)).astype(dt).astype(f32)).astype(dt)
+    s = jnp.sum(e.astype(f32), axis=ax, keepdims=keepdim).astype(dt)
+    if not keepdim:
+        m = m.reshape(s.shape)
+    return (jnp.log(s.astype(f32)).astype(dt).astype(f32) + m.astype(f32)).astype(dt)
 
 
 @lower("linalg_vector_norm", static=("ord",))
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     dt, ct = out_dtype(), _ct()
-    x = jnp.abs(x).astype(ct) if jnp.iscomplexobj(x) else jnp.abs(nx.cast(x, dt).astype(ct))
     ax = _dims(x, dim)
+    if ord == 0:   # the count of nonzero values, read from the bits before any float op
+        return jnp.sum(nx.cast(nx.truthy(x), ct), axis=ax, keepdims=keepdim).astype(dt)
+    x = jnp.abs(x).astype(ct) if jnp.iscomplexobj(x) else jnp.abs(nx.cast(x, dt).astype(ct))
     n = 1
     for d in (range(x.ndim) if ax is None else ax):
         n *= x.shape[d]
-    if ord == 0:
-        return jnp.sum(nx.cast(x != 0, ct), axis=ax, keepdims=keepdim).astype(dt)
     if n == 1 or ord == 1:
         # eager's norm of one element is its magnitude (no power that could overflow)
         return jnp.sum(x, axis=ax, keepdims=keepdim).astype(dt)
@@ -208,10 +266,30 @@ def _softmax_meta(x, dim, half_to_float):
     return torch.ops.aten._softmax.default(x, dim, half_to_float)
 
 
+def _half_softmax_along(x, dim):
+    """(x in float32, its max and its exp(x - max) along dim, the axis, the output
+    dtype) for a half-type softmax computed as eager's CPU kernels compute it, or
+    None: a float32 / float64 softmax, or eager's last-dim kernel (`x.ndim - 1`)."""
+    dt = out_dtype()
+    if dt not in nx.HALF or x.ndim == 0 or x.size == 0:
+        return None
+    d = dim % x.ndim
+    xf = nx.cast(x, dt).astype(jnp.float32)
+    m = jnp.max(xf, axis=d, keepdims=True)
+    return xf, m, d, dt
+
+
 @lower("_softmax")
 def _softmax(x, dim, half_to_float=False):
-    if x.size == 0:   # eager returns an empty tensor of any dtype (its kernel refuses only elements)
+    if x.size == 0:   # eager runs no kernel on nothing (a bool tensor included)
         return jnp.zeros(x.shape, out_dtype())
+    half = _half_softmax_along(x, dim)
+    if half is not None and half[2] != x.ndim - 1:
+        # eager's kernel for another dim stores exp(x - max) in the half type,
+        # then divides it by the float32 sum of the unrounded exponentials
+        xf, m, d, dt = half
+        e = jnp.exp(xf - m)
+        return (e.astype(dt).astype(jnp.float32) / jnp.sum(e, axis=d, keepdims=True)).astype(dt)
     # 0-d too: exp(x - x) / exp(x - x) is nan for an infinite or nan x, as eager's
     x1, d = _along(nx.cast(x, _ct()), dim)
     return jax.nn.softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
@@ -221,6 +299,13 @@ def _softmax(x, dim, half_to_float=False):
 def _log_softmax(x, dim, half_to_float=False):
     if x.size == 0:
         return jnp.zeros(x.shape, out_dtype())
+    half = _half_softmax_along(x, dim)
+    if half is not None and half[2] == x.ndim - 1:
+        # eager's last-dim kernel keeps the sum of exp(x - max) and its log in the
+        # half type: x - max - log(sum), the log's argument and result rounded
+        xf, m, d, dt = half
+        s = jnp.sum(jnp.exp(xf - m), axis=d, keepdims=True).astype(dt).astype(jnp.float32)
+        return ((xf - m) - jnp.log(s).astype(dt).astype(jnp.float32)).astype(dt)
     x1, d = _along(nx.cast(x, _ct()), dim)
     return jax.nn.log_softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
 
