@@ -440,13 +440,7 @@ def _gelu_formula(x, approximate):
 @lower("gelu")
 @nx.opmath
 def _gelu(x, approximate="none"):
-    y = _gelu_formula(x, approximate)
-    if approximate != "tanh" and out_dtype() in (jnp.float32, jnp.bfloat16) and x.size > 1:
-        # eager runs a float32 / bfloat16 tensor of two or more elements through
-        # oneDNN, whose erf-based GELU is nan at +inf (its own kernel, for one
-        # element, float16 and float64, gives inf)
-        y = jnp.where(x == jnp.inf, jnp.full((), jnp.nan, y.dtype), y)
-    return y
+    return _gelu_formula(x, approximate)
 
 
 @lower("gelu_backward")
@@ -679,24 +673,11 @@ def _mvlgamma(x, p):
     return _sp.multigammaln(_as(x, dt), p).astype(dt)
 
 
-def _vector_lanes(shape, dtype):
-    """Where eager's CPU loop over a contiguous tensor of `shape` uses its
-    vectorized body: the elements before the last partial step of 64 bytes (its
-    AVX2 kernels, also on AVX512 machines, step two 32-byte vectors at a time); the
-    rest go through the scalar body. The two bodies differ at NaN for some ops."""
-    n = math.prod(shape)
-    step = 64 // jnp.dtype(dtype).itemsize
-    return (jnp.arange(n) < n - n % step).reshape(shape)
-
-
 def _shrink_backward(grad, x, lambd):
-    # eager's scalar body: (x >= -l && x <= l) ? 0 : grad (NaN keeps grad); its
-    # vectorized body: (x < -l || x > l) ? grad : 0 (NaN gives 0)
+    # zero inside [-lambd, lambd]; a NaN input keeps its gradient, as eager's scalar
+    # loop does (its vectorized loop gives 0 there: eager disagrees with itself)
     lam = _as(lambd, x.dtype)
-    inside = (x >= -lam) & (x <= lam)
-    if _is_float(x.dtype) and x.size:
-        inside = inside | (jnp.isnan(x) & _vector_lanes(x.shape, x.dtype))
-    return jnp.where(inside, jnp.zeros((), grad.dtype), grad)
+    return jnp.where((x >= -lam) & (x <= lam), jnp.zeros((), grad.dtype), grad)
 
 
 lower("softshrink_backward")(_shrink_backward)
