@@ -45,7 +45,7 @@ MODELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
 
 
 def _train(path, ro=False, init=True, env=None):
-    e = dict(os.environ, JAX_PLATFORMS="cpu")
+    e = dict(os.environ)   # the platform the suite runs on (conftest: cpu unless set)
     e.update(env or {})
     code = SCRIPT.format(models=MODELS, path=str(path), ro=ro, init=init)
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True,

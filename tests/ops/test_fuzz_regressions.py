@@ -76,7 +76,11 @@ def test_aminmax_backward_nan_gradient():
         lo, hi = torch.aminmax(x)
         (lo + hi).backward()
         return x.grad.cpu()
-    _same(grad(DEV), grad("cpu"))
+    try:
+        want = grad("cpu")
+    except RuntimeError as e:   # torch < 2.12 has no aminmax derivative
+        pytest.skip(str(e))
+    _same(grad(DEV), want)
 
 
 def test_dropout_backward_keeps_nan_of_masked_gradient():
@@ -422,3 +426,39 @@ def test_only_half_precision_graphs_get_the_precision_option(monkeypatch):
     (x.bfloat16().to(DEV) * 3).sum(0).cpu()
     assert seen and all(o.get("xla_allow_excess_precision") is False for o in seen)
     assert compiler._options_ok[0]
+
+
+# -- 11. found on a GPU (H200): checked here through the same lowerings ---------
+
+def test_division_lowered_for_a_gpu_is_correctly_rounded():
+    # XLA:GPU's own float32 division is approximate (29% of random quotients an ulp
+    # off); the rule for platform 'cuda' divides through float64. Its values, run on
+    # the CPU, are the correctly rounded quotients (numpy's).
+    import jax
+    import numpy as np
+    from torch_xla.engine.ops import numerics
+    from torch_xla.engine.ops.context import LoweringContext, lowering
+    rng = np.random.default_rng(0)
+    a, b = ((rng.standard_normal(4096) * 2.0 ** rng.integers(-30, 30, 4096)).astype(np.float32)
+            for _ in range(2))
+    a[:4], b[:4] = [49, -30.75, 0, 7], [7, -30.75, 0, np.inf]
+    with lowering(LoweringContext("cuda")):
+        got = np.asarray(jax.jit(numerics.true_divide)(a, b))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got, a / b)
+
+
+def test_half_precision_products_accumulate_in_float32():
+    # XLA:GPU reduced this small batched product in float16: 1.25 where eager has 1.248
+    a = torch.tensor([[[0.9002, -4.5, 5.0, -0.5]], [[5.0, 0.6629, -2.314, 0.451]]], dtype=torch.float16)
+    b = torch.tensor([[[-5.0], [3.0], [3.5], [-3.5]], [[0.3906], [0.0], [-2.0], [1.346]]], dtype=torch.float16)
+    for fn in (torch.bmm, torch.matmul, lambda x, y: torch.mm(x[0], y[0]), lambda x, y: torch.dot(x[0, 0], y[0, :, 0])):
+        _check(fn, a, b)
+        _check(fn, a.bfloat16(), b.bfloat16())
+
+
+def test_hardswish_divides_last():
+    # eager: (x * relu6(x + 3)) / 6, so 3e38 overflows to inf
+    x = torch.tensor([3e38, 3.5, 0.1484, -1.0, 0.5233, 1e-7, 3.373, 1.81])
+    _check(torch.nn.functional.hardswish, x)
+    _check(torch.nn.functional.hardsigmoid, x)

@@ -318,16 +318,17 @@ def make_entry(info, key, args, kwargs):
             out = info.meta(*margs, **mkw)
         else:
             out = info.func(*margs, **mkw)
-    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+    except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as e:
         msg = str(e)
         note = tracing_note(info.name, args, kwargs)
         if info.func is not None and not getattr(info.meta, "probes", False):
             # what eager refuses from dtypes (checks.FAITHFUL), in eager's words rather than
             # the meta kernel's ("negative_slope argument of type float cannot be safely cast")
             refused = checks.refused_call(info.func, margs, mkw)
-            if refused is None and type(e) in (ValueError, TypeError):
-                # a Python meta kernel's ValueError/TypeError: eager's kernel refuses the call
-                # with its own type and words (add(long, long, alpha=0.5): RuntimeError)
+            if refused is None and type(e) in (ValueError, TypeError, AssertionError):
+                # a Python meta kernel's ValueError/TypeError/assert: eager's kernel refuses the
+                # call with its own type and words (add(long, long, alpha=0.5): RuntimeError;
+                # torch 2.11's meta gather asserts on a dim eager calls an IndexError)
                 refused = checks.eager_error(info.func, margs, mkw, real=True)
             if refused is not None:
                 raise with_note(dimension_error(checks.fresh(refused)), note) from None

@@ -315,7 +315,10 @@ _UNARY = {
     "i0": jax.scipy.special.i0, "sinc": jnp.sinc,
     "deg2rad": jnp.deg2rad, "rad2deg": jnp.rad2deg, "positive": lambda x: x,
     "silu": jax.nn.silu, "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
-    "hardswish": jax.nn.hard_swish, "hardsigmoid": jax.nn.hard_sigmoid, "relu6": jax.nn.relu6,
+    # eager's order, (x * relu6(x + 3)) / 6, through a division the simplifier keeps
+    "hardswish": lambda x: nx.true_divide(x * jax.nn.relu6(x + 3.0), jnp.asarray(6, x.dtype), opaque=True),
+    "hardsigmoid": lambda x: nx.true_divide(jax.nn.relu6(x + 3.0), jnp.asarray(6, x.dtype), opaque=True),
+    "relu6": jax.nn.relu6,
     "log_sigmoid": jax.nn.log_sigmoid, "selu": jax.nn.selu,
     "angle": jnp.angle, "conj_physical": jnp.conj, "special_erfcx": jax.scipy.special.erfcx
     if hasattr(jax.scipy.special, "erfcx") else None,

@@ -19,7 +19,20 @@ def _mm(a, b, acc=None):
     return jnp.matmul(a.astype(dt), b.astype(dt), precision=_prec(dt), preferred_element_type=acc)
 
 
-lower("mm", "bmm", "matmul", "dot", "mv", "vdot", "inner")(lambda a, b: _mm(a, b) if a.ndim and b.ndim else a * b)
+def _acc(dt):
+    """Half types: products and the bias sum in float32, rounded once (eager's
+    opmath, and its fused bias)."""
+    return jnp.dtype(jnp.float32) if dt in (jnp.bfloat16, jnp.float16) else None
+
+
+@lower("mm", "bmm", "matmul", "dot", "mv", "vdot", "inner")
+def _product(a, b):
+    if not (a.ndim and b.ndim):
+        return a * b
+    # half types accumulate in float32 and round once, as eager's kernels (CPU and
+    # CUDA) do; XLA:GPU reduces a small product (a dot it strength-reduces) in the half type
+    acc = _acc(out_dtype())
+    return _mm(a, b, acc) if acc is None else _mm(a, b, acc).astype(out_dtype())
 
 
 def _is(v, c):
@@ -45,12 +58,6 @@ def _blas(dt, complex_ok=True):
     types do not."""
     dt = jnp.dtype(dt)
     return dt in (jnp.float32, jnp.float64) or (complex_ok and jnp.issubdtype(dt, jnp.complexfloating))
-
-
-def _acc(dt):
-    """Half types: products and the bias sum in float32, rounded once (eager's
-    fused bias)."""
-    return jnp.dtype(jnp.float32) if dt in (jnp.bfloat16, jnp.float16) else None
 
 
 @lower("addmm", "addmv", "addbmm")

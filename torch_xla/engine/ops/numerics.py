@@ -9,7 +9,8 @@ other than what eager PyTorch computes.
 - `true_divide`: a correctly rounded quotient. The simplifier turns `A / constant`
   into `A * (1 / constant)` on every platform, and on CPU `A / broadcast(B)` into
   `A * broadcast(1 / B)`: a product with a rounded reciprocal, an ulp off
-  (49 / 7 = 7.0000005, and floor(-30.75 / -30.75) = 0).
+  (49 / 7 = 7.0000005, and floor(-30.75 / -30.75) = 0). XLA:GPU's float32
+  division itself is approximate: there it runs in float64.
 - `floor_divide` / `trunc_divide`: eager's float algorithms (fmod based, which
   also decide inf // 1 = nan and 0.5 // -inf = -1).
 - `opmath`: eager computes float16 / bfloat16 math in float32 and rounds once
@@ -17,8 +18,8 @@ other than what eager PyTorch computes.
 - `power` / `log_operand`: XLA's simplifier rewrites log(pow(a, b)) into
   b * log(|a|) (select(b == 0, 0, ...)), wrong for a negative base (eager:
   log(pow(-1.5, 1.0)) is nan). A log whose operand is a power this graph computes
-  reads it through a no-op reduce-precision, which the rewrite does not look
-  through; no other op pays anything.
+  reads it through a no-op reduce-precision on CPU (an optimization barrier
+  elsewhere), which the rewrite does not look through; no other op pays anything.
 - `truthy`: x != 0 read from the bits for floats. XLA:CPU executes with the
   processor's denormals-are-zero and flush-to-zero modes on (the PJRT CPU client
   sets them around every execution; no compile option or XLA flag turns them
@@ -27,6 +28,7 @@ other than what eager PyTorch computes.
 """
 import functools
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -131,6 +133,8 @@ def true_divide(a, b, opaque=False):
     whatever the divisor's shape (one the rule builds from constants, such as a
     pooling window's element counts). A Python number stays as it is: 0 and 1
     give exact products."""
+    if ctx.platform == "cuda" and jnp.result_type(a, b) == _F32 and jax.config.jax_enable_x64:
+        return _divide_in_float64(a, b)
     if isinstance(b, _NUMBER):
         return a / b
     if isinstance(a, _NUMBER):
@@ -148,6 +152,21 @@ def true_divide(a, b, opaque=False):
     if real:
         q = jnp.where(lax.broadcast_in_dim(jnp.isnan(core), out, keep), wide.astype(q.dtype), q)
     return q
+
+
+_F32, _F64 = jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)
+
+
+def _divide_in_float64(a, b):
+    """float32 a / b, correctly rounded, through float64. XLA:GPU divides float32
+    within 2 ulps (PTX's approximate division), and LLVM turns a float64 quotient
+    of widened float32 values that is rounded back into that same float32
+    division. A float64 product with the float64 reciprocal is left alone, and
+    rounds to the correctly rounded float32 quotient: its error (2^-52 relative)
+    is below the distance of a quotient of float32 values from a float32
+    rounding midpoint (2^-49)."""
+    wide = [jnp.asarray(x, _F32).astype(_F64) for x in (a, b)]
+    return (wide[0] * (1.0 / wide[1])).astype(_F32)
 
 
 def floor_divide(a, b):
@@ -192,6 +211,7 @@ def log_operand(x):
     if not seen or seen.get(id(x)) is not x:
         return x
     bits = _PRECISION_BITS.get(x.dtype)
-    if bits is not None:
+    if bits is not None and ctx.platform in (None, "cpu"):
+        # XLA:GPU's simplifier removes a no-op reduce-precision first; the barrier holds there
         return lax.reduce_precision(x, *bits)
     return lax.optimization_barrier(x)

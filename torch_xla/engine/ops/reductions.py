@@ -417,8 +417,9 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     xm = jnp.moveaxis(x, d, -1)
     if largest:
         _, i = lax.top_k(xm, k)
-    else:   # the largest of a reversed order (a bitwise not for integers: -x overflows)
-        _, i = lax.top_k(jnp.invert(xm) if jnp.issubdtype(xm.dtype, jnp.integer) else -xm, k)
+    else:   # the first k of the ascending, NaN-last order: top_k of -x ranks a NaN by
+        #     its sign bit on CPU and as the largest on GPU
+        i = lax.slice_in_dim(jnp.argsort(xm, axis=-1, stable=True), 0, k, axis=-1)
     v = jnp.take_along_axis(xm, i, axis=-1)
     return jnp.moveaxis(v, -1, d), jnp.moveaxis(i.astype(jnp.int64), -1, d)
 

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with an NVIDIA GPU and a python3 that has torch and
+# jax with its CUDA plugin. Every part is bounded in time; logs go to $OUT (default
+# /tmp/gpu_check) and each part's tail is printed.
+#
+#   bash scripts/gpu_check.sh            # about 6 minutes on one H100/H200
+#
+# Parts: what the machine has; a small training loop on the XLA device against eager
+# PyTorch on the CPU; benchmarks/bench_gpt.py's GPU configuration (ours, pure JAX,
+# eager CUDA, inductor); a smoke subset of the tests and the fuzzer's CI seeds with
+# PJRT_DEVICE=CUDA (FUZZ_SEEDS: which fuzz seeds, default 0:300).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+CUDA_ENV=(env PJRT_DEVICE=CUDA JAX_PLATFORMS=cuda,cpu)
+
+part() {   # part NAME SECONDS CMD...: runs CMD with a time limit, logs to $OUT/NAME.log
+  local name=$1 secs=$2 t0 rc
+  shift 2
+  t0=$(date +%s)
+  timeout -k 5 "$secs" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "=== $name: exit $rc after $(($(date +%s) - t0)) s (limit $secs s)"
+  tail -n "${TAIL:-30}" "$OUT/$name.log"
+}
+
+part machine 30 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; \
+  $PY -c 'import sys, torch, jax; print(sys.version.split()[0], \"torch\", torch.__version__, \"jax\", jax.__version__); \
+print(torch.cuda.get_device_name(0)); print(jax.devices())'"
+
+part smoke 90 "${CUDA_ENV[@]}" "$PY" - <<'EOF'
+import time
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.runtime as xr
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10))
+x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+ref = [p.detach().clone() for p in model.parameters()]
+dev = torch_xla.device()
+print("device", dev, xr.device_type(), xr.global_runtime_device_count())
+
+
+def train(m, xs, ys, sync):
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(m(xs), ys)
+        loss.backward()
+        opt.step()
+        sync()
+        losses.append(loss.item())
+    return losses
+
+
+want = train(model, x, y, lambda: None)
+for p, r in zip(model.parameters(), ref):
+    p.data.copy_(r)
+model.to(dev)
+t0 = time.perf_counter()
+got = train(model, x.to(dev), y.to(dev), xm.mark_step)
+print("eager cpu", [f"{v:.5f}" for v in want])
+print("xla cuda ", [f"{v:.5f}" for v in got], f"({time.perf_counter() - t0:.1f} s)")
+# XLA's GPU matmuls may use TF32, so the tolerance is TF32's.
+assert all(abs(a - b) <= 2e-2 * max(1.0, abs(a)) for a, b in zip(want, got)), "losses differ"
+print("smoke: OK")
+EOF
+
+part bench_gpt 200 "$PY" benchmarks/bench_gpt.py --steps 5
+
+# Correctness on the GPU: the two run side by side, each with its own CPU workers.
+part tests 130 "${CUDA_ENV[@]}" "$PY" -m pytest -q -rfE -n 6 -p no:cacheprovider \
+  tests/views tests/executor tests/ir tests/api/test_module_to.py \
+  tests/ops/test_fuzz_regressions.py tests/ops/test_fuzz_values.py tests/ops/test_eager_checks.py &
+part fuzz 130 "${CUDA_ENV[@]}" "$PY" -m tests.fuzz.run --seeds "${FUZZ_SEEDS:-0:300}" --jobs 8 --out "$OUT/fuzz_cuda.json" &
+wait
