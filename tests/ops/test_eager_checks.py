@@ -9,25 +9,10 @@ import pytest
 import torch
 
 import torch_xla
+from _pairs import cpu as _cpu, to as _to
 from torch_xla.engine.ops import checks
 
 DEV = torch_xla.device()
-
-
-def _to(a, dev):
-    if isinstance(a, torch.Tensor):
-        return a.to(dev)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_to(x, dev) for x in a)
-    return a
-
-
-def _cpu(out):
-    if isinstance(out, torch.Tensor):
-        return out.cpu()
-    if isinstance(out, (list, tuple)):
-        return type(out)(_cpu(o) for o in out)
-    return out
 
 
 def _eager_exc(fn, *args):

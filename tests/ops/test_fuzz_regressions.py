@@ -8,23 +8,10 @@ import pytest
 import torch
 
 import torch_xla
+from _pairs import cpu as _cpu, to as _to
 
 DEV = torch_xla.device()
 INF, NAN = float("inf"), float("nan")
-
-
-def _to(a, dev):
-    if isinstance(a, torch.Tensor):
-        return a.to(dev)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_to(x, dev) for x in a)
-    return a
-
-
-def _cpu(out):
-    if isinstance(out, torch.Tensor):
-        return out.cpu()
-    return tuple(_cpu(o) for o in out)
 
 
 def _same(got, want, signed_zero=True):

@@ -59,13 +59,7 @@ def prepare(graph, inputs, reason):
         try:
             exe = cache.compile_graph(graph, inputs)
         except Exception as e:
-            err = _failed(graph, "compile", e)
-            try:
-                if err is not e:
-                    raise err from e
-                raise
-            finally:
-                del err   # a frame holding its exception would keep the graph's tensors alive
+            _raise_failed(graph, "compile", e)
         if events.wanted("compiled"):
             events.emit("compiled", graph=graph, executable=exe, reason=reason)
         return exe, False
@@ -92,13 +86,7 @@ def launch(graph, params, pools, reason, device=0, donors=None):
             with profiling.region(profiling.EXECUTE):
                 outs = exe.compiled(*inputs)
         except Exception as e:
-            err = _failed(graph, "run", e)
-            try:
-                if err is not e:
-                    raise err from e
-                raise
-            finally:
-                del err   # a frame holding its exception would keep the graph's tensors alive
+            _raise_failed(graph, "run", e)
         exec_time.launched("ExecuteTime", t0, outs)
         if events.wanted("executed"):
             events.emit("executed", graph=graph, executable=exe, reason=reason)
@@ -154,6 +142,17 @@ def upload_pools(pools, device):
 
 
 # -- failures --------------------------------------------------------------------------------
+
+def _raise_failed(graph, stage, e):
+    """Raise what `_failed` makes of `e`, chained to it when it is another error."""
+    err = _failed(graph, stage, e)
+    try:
+        if err is e:
+            raise err
+        raise err from e
+    finally:
+        del err, e   # a frame holding its exception would keep the graph's tensors alive
+
 
 def _failed(graph, stage, e):
     """The error to raise for `e` (compiling or running `graph` failed): observers'

@@ -255,6 +255,19 @@ def take_pending():
     the same graph, whether or not a tensor was first made in an earlier step."""
     refs = pending[:]
     retire_pending()
+    out, seen = _latest_live(refs)
+    return out, len(refs), seen
+
+
+def live_pending():
+    """The live Bases whose value is pending, each once at its latest entry, in
+    order of those entries."""
+    return _latest_live(pending)[0]
+
+
+def _latest_live(refs):
+    """(the live pending Bases of `refs`, each at its latest entry, in entry order;
+    how many distinct live Bases the refs name)."""
     out = []
     seen = set()
     for r in reversed(refs):
@@ -265,23 +278,7 @@ def take_pending():
         if b.value[0].kind == _OP:
             out.append(b)
     out.reverse()
-    return out, len(refs), len(seen)
-
-
-def live_pending():
-    """The live Bases whose value is pending, each once at its latest entry, in
-    order of those entries."""
-    out = []
-    seen = set()
-    for r in reversed(pending):
-        b = r()
-        if b is None or id(b) in seen:
-            continue
-        seen.add(id(b))
-        if b.value[0].kind == _OP:
-            out.append(b)
-    out.reverse()
-    return out
+    return out, len(seen)
 
 
 def compact():
