@@ -33,6 +33,9 @@ VALUE_ERRORS = re.compile(
     r"cannot be converted to type .* without overflow",
     re.I)
 # ... except an overflow of a Python scalar (static, so checkable): kept by _static_overflow
+# a write through a boolean mask whose value has other than 1 or the mask's count of rows:
+# the device checks the count where the host next waits (deferred, like an index's range)
+_MASK_COUNT = re.compile(r"cannot be broadcast to indexing result")
 
 
 class Reject(Exception):
@@ -424,6 +427,11 @@ class Gen:
             out[n] = (t, tuple(t.shape), t.stride(), t.dtype, t.detach().clone())
         return out
 
+    def _bool_index(self, st):
+        """The statement may index with a boolean mask (a literal or a bool tensor it reads)."""
+        return "True" in st.code or "False" in st.code or any(
+            isinstance(self.ns.get(n), torch.Tensor) and self.ns[n].dtype == torch.bool for n in st.uses)
+
     def _unchanged(self, snap):
         for n, (t, shape, stride, dtype, vals) in snap.items():
             cur = self.ns.get(n)
@@ -463,6 +471,7 @@ class Gen:
         msg = f"{type(err).__name__}: {err}"
         if (self.raises >= self.max_raises or self.r.random() > 0.4
                 or (VALUE_ERRORS.search(msg) and not _static_overflow(msg, st))
+                or (_MASK_COUNT.search(msg) and self._bool_index(st))
                 or not self._unchanged(snap) or isinstance(err, (NameError, SyntaxError))):
             self._rollback(mark, count, dirty=True)
             return False

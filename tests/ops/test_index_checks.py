@@ -32,6 +32,20 @@ def test_out_of_range_raises_index_error_naming_op_shape_and_line(dev, op, make,
     assert "test_index_checks.py" in str(ei.value)
 
 
+def test_a_masked_write_of_more_rows_than_the_mask_selects_raises(dev):
+    x = torch.zeros(5, 1, dtype=torch.int64, device=dev)
+    x[torch.tensor([False, True, False, True, False], device=dev)] = torch.tensor([[1], [2]], device=dev)
+    assert x.cpu().flatten().tolist() == [0, 1, 0, 2, 0]            # two rows for two elements
+    x[torch.tensor([True, False, False, False, False], device=dev)] = torch.tensor([[9]], device=dev)
+    assert x.cpu().flatten().tolist() == [9, 1, 0, 2, 0]            # one row broadcasts
+    with pytest.raises(RuntimeError, match=r"shape mismatch in aten::index_put.*\[2, 1\].*other than 2") as ei:
+        x[torch.tensor([False, False, True, False, False], device=dev)] = torch.tensor([[[1], [3]]], device=dev)
+        x.cpu()
+    assert "test_index_checks.py" in str(ei.value)
+    with pytest.raises(RuntimeError, match="cannot be broadcast to indexing result"):   # eager, at the statement
+        torch.zeros(5, 1)[torch.tensor([False, False, True, False, False])] = torch.tensor([[[1.], [3.]]])
+
+
 def test_in_range_negative_and_ignored_indices_pass(dev):
     x = torch.arange(10.0, device=dev)
     assert x[torch.tensor([-1, 0], device=dev)].cpu().tolist() == [9.0, 0.0]

@@ -1,6 +1,8 @@
 """In-place view ops (t_, transpose_, squeeze_, unsqueeze_, as_strided_) on a
 tensor that has views, and in-place ops whose operand overlaps their target:
 every case against eager PyTorch."""
+import warnings
+
 import pytest
 import torch
 
@@ -128,6 +130,22 @@ def test_resize_of_a_view_within_its_storage():
     _both(fn)
     with pytest.raises(RuntimeError, match="beyond its storage"):
         torch.arange(4.).to("xla")[1:].resize_(5)
+
+
+def test_resize_that_shrinks_a_tensor_others_read_keeps_its_storage():
+    def fn(d):
+        a = torch.arange(6.).to(d)
+        v, w = a[2:], a.expand(6)
+        a.resize_(2).fill_(7.)                 # v and w see the write, as in eager
+        back = a.resize_(6).clone()            # within the storage again: the old elements
+        o = torch.tensor([2, 1]).to(d)
+        e = o.expand((-1,))
+        torch.floor(torch.tensor(0).to(d), out=o)   # out= resized to 0-d, into the same storage
+        alone = torch.arange(3.).to(d).resize_(5)[:3]   # nothing else reads it: may grow
+        return [v, w, back, e, o, alone]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")        # out= resized: eager and we both warn
+        _both(fn)
 
 
 def test_writes_into_a_single_window_unfold():

@@ -52,6 +52,18 @@ def _meta(idx, *, size, negative_ok, ignore):
 _CHECK = OpInfo("index_in_range", None, _lowering, meta=_meta)
 
 
+def _count_lowering(mask, *, n):
+    return jnp.sum(mask.reshape(-1).astype(jnp.int64)) == n
+
+
+def _count_meta(mask, *, n):
+    return torch.empty((), dtype=torch.bool, device="meta")
+
+
+# a boolean mask selects as many elements as a value of n rows written through it
+_COUNT = OpInfo("mask_count_is", None, _count_lowering, meta=_count_meta)
+
+
 def _int_index(t):
     return isinstance(t, torch.Tensor) and t.dtype in (torch.int64, torch.int32, torch.int16, torch.int8) \
         and t.device.type == "xla" and t.numel() > 0
@@ -116,7 +128,25 @@ def _nll(args, kwargs):
     return [(target, c, False, int(ignore), 1 if x.dim() > 1 else 0)] if _int_index(target) else []
 
 
+def _masked_write(args, kwargs):
+    """index_put with one boolean mask: the value's rows along the mask's result
+    dimension must be 1 or as many as the mask selects, which only the data tells;
+    -> [(mask, rows, dim, value shape)] when they are more than 1."""
+    x, indices, values = args[0], args[1], args[2]
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(given) != 1 or not isinstance(values, torch.Tensor):
+        return []
+    d, mask = given[0]
+    if mask.dtype not in (torch.bool, torch.uint8) or mask.device.type != "xla":
+        return []
+    pos = values.dim() - (x.dim() - d - mask.dim()) - 1   # the value's dim aligned with the count
+    if pos < 0 or values.shape[pos] == 1:
+        return []
+    return [(mask, values.shape[pos], d, tuple(values.shape))]
+
+
 CHECKS = {}
+COUNTS = {aten.index_put.default: _masked_write, aten._index_put_impl.default: _masked_write}
 
 
 def _register(spec, *ops):
@@ -140,6 +170,7 @@ def wrap(func, h):
     spec = CHECKS.get(func)
     if spec is None:
         return h
+    counts = COUNTS.get(func)
     name = func._schema.name.split("::")[-1]
 
     def checked(args, kwargs):
@@ -147,7 +178,11 @@ def wrap(func, h):
             return h(args, kwargs)
         for idx, size, negative_ok, ignore, dim in spec(args, kwargs):
             node, _ = trace_node(_CHECK, (idx,), {"size": int(size), "negative_ok": negative_ok, "ignore": ignore})
-            _pending.append(((node, 0), (name, tuple(idx.shape), dim, int(size), frames.user_src(2))))
+            _pending.append(((node, 0), ("range", name, tuple(idx.shape), dim, int(size), frames.user_src(2))))
+        if counts is not None:
+            for mask, n, dim, shape in counts(args, kwargs):
+                node, _ = trace_node(_COUNT, (mask,), {"n": int(n)})
+                _pending.append(((node, 0), ("count", name, shape, dim, int(n), frames.user_src(2))))
         return h(args, kwargs)
     return checked
 
@@ -193,8 +228,13 @@ def verify(block):
     _unverified[:] = keep
     if bad is not None:
         _unverified.clear()
-        name, shape, dim, size, src = bad
+        kind, name, shape, dim, size, src = bad
         at = f" (traced at {src[1]}:{src[2]} in {src[0]})" if src else ""
+        if kind == "count":
+            raise RuntimeError(
+                f"torch_xla: shape mismatch in aten::{name}: value tensor of shape {list(shape)} cannot be "
+                f"broadcast to the indexing result: the boolean mask selects other than {size} elements "
+                f"along dimension {dim}{at}. The results of that step are invalid.")
         raise IndexError(
             f"torch_xla: index out of range in aten::{name}: an index of shape {list(shape)} into "
             f"dimension {dim} of size {size}{at}. The results of that step are invalid. "

@@ -26,6 +26,7 @@ barrier starts from: the bases that became pending (`pending`) and the views
 whose cached value derives from pending IR (`pending_views`), as weak
 references.
 """
+import sys
 import weakref
 
 from ..ir import node as ir
@@ -191,6 +192,17 @@ def whole_base(t):
     if type(s) is Base:
         return s
     return s.base if not s.chain else None
+
+
+def storage_shared(t):
+    """Whether anything beside t reads the Base t holds whole (a view of it, a
+    tensor that shares it): each of those holds a reference to that Base, so a
+    count above t's own says so. Another holder (a frame, a capture) can only
+    make the answer True, never hide a reader."""
+    s = t._lazy
+    b = s if type(s) is Base else s.base
+    # this call's references: `b`, getrefcount's argument, and `s` when it is b
+    return sys.getrefcount(b) > (4 if b is s else 3)
 
 
 def is_view(t):

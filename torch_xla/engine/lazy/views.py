@@ -419,29 +419,33 @@ def resize(t, size):
     gets storage of its own (views taken before keep the old one); a view is seen
     anew on its storage (`_resize_view`)."""
     size = tuple(int(s) for s in size)
+    shared = state.storage_shared(t)   # asked first: this frame holds no reference to the Base yet
     s = t._lazy
     if size == tuple(s.aval[0]):
         return t
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
     if type(s) is View and s.chain:
-        return _resize_view(t, s, size)
-    # a base, or an alias of a whole base (`torch.tensor(data, device=...)` makes one,
-    # where eager makes a tensor of its own): storage of its own, of the new size
+        return _resize_view(t, s.base, t.storage_offset(), size)
     base = state.base_of(t)
+    if shared and math.prod(size) <= math.prod(base.aval[0]):
+        # eager keeps a storage large enough, and its other readers see later writes
+        return _resize_view(t, base, 0, size)
+    # a base, or an alias of a whole base (`torch.tensor(data, device=...)` makes one,
+    # where eager makes a tensor of its own), that nothing else reads or that grows:
+    # storage of its own, of the new size
     node, _ = trace_node(_RESIZE, (ValueArg(value_of(t), s.aval),), {"shape": size})
     _swap_meta(t, size, s.aval[1])
     state.make_base(t, (node, 0), (size, s.aval[1]), base.device)
     return t
 
 
-def _resize_view(t, view, size):
-    """resize_ of a view, as eager: the same storage seen with `size` contiguous
-    from the view's storage offset (an as_strided of its Base). A view that
-    would need more than its storage holds is refused: eager grows the storage
-    under every tensor that shares it, which a Base of fixed aval cannot."""
-    base = view.base
-    offset = t.storage_offset()
+def _resize_view(t, base, offset, size):
+    """resize_ of a view (or of a tensor whose storage something else reads), as
+    eager: the same storage seen with `size` contiguous from `offset` (an
+    as_strided of its Base). A view that would need more than its storage holds
+    is refused: eager grows the storage under every tensor that shares it, which
+    a Base of fixed aval cannot."""
     numel = math.prod(size)
     if offset + numel > math.prod(base.aval[0]):
         raise RuntimeError(
@@ -452,7 +456,7 @@ def _resize_view(t, view, size):
     node, entry = trace_node(op_info(torch.ops.aten.as_strided.default),
                              (ValueArg(base.value, base.aval), list(size), list(strides), offset), {})
     geom = None if offset == 0 else (strides, offset)
-    _swap_meta(t, size, view.aval[1], geom)
+    _swap_meta(t, size, t._lazy.aval[1], geom)
     state.make_view(t, base, ((entry, 0),), entry.out_avals[0], (node, 0), base.gen)
     return t
 
