@@ -330,9 +330,11 @@ def make_entry(info, key, args, kwargs):
                 # call with its own type and words (add(long, long, alpha=0.5): RuntimeError;
                 # torch 2.11's meta gather asserts on a dim eager calls an IndexError)
                 refused = checks.eager_error(info.func, margs, mkw, real=True)
-            if refused is not None:
-                raise with_note(dimension_error(checks.fresh(refused)), note) from None
+        else:
+            refused = None
         upstream = checks.diagnose(info.func.overloadpacket.__name__, args, kwargs) if info.func is not None else None
+        if refused is not None:   # eager's type; upstream's words where it has its own
+            raise with_note(dimension_error(checks.fresh(refused, upstream)), note) from None
         if upstream is not None:   # upstream's words; the user's line as a note
             raise with_note(RuntimeError(upstream), note) from None
         # a bad dimension is an IndexError in eager and a RuntimeError upstream: both

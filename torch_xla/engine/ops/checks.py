@@ -785,12 +785,14 @@ def refusal(op, args, kwargs, out=None):
     return None if got is None else got[0](got[1])
 
 
-def fresh(e):
-    """An exception of e's type and message with no traceback or notes of its own."""
+def fresh(e, message=None):
+    """An exception of e's type and message (or `message`) with no traceback or notes
+    of its own."""
+    message = str(e) if message is None else message
     try:
-        return type(e)(str(e))
+        return type(e)(message)
     except Exception:  # noqa: BLE001  (a class that takes other arguments)
-        return RuntimeError(str(e))
+        return RuntimeError(message)
 
 
 def refused_call(op, args, kwargs):

@@ -29,9 +29,10 @@ def _acc(dt):
 def _product(a, b):
     if not (a.ndim and b.ndim):
         return a * b
-    # half types accumulate in float32 and round once, as eager's kernels (CPU and
-    # CUDA) do; XLA:GPU reduces a small product (a dot it strength-reduces) in the half type
-    acc = _acc(out_dtype())
+    # XLA:GPU reduces a small half-precision product (a dot it strength-reduces) in the
+    # half type; eager's kernels accumulate in float32 and round once. Elsewhere the dot
+    # stays in the half type (XLA:CPU and TPU accumulate wider; upstream's HLO has it so)
+    acc = _acc(out_dtype()) if ctx.platform == "cuda" else None
     return _mm(a, b, acc) if acc is None else _mm(a, b, acc).astype(out_dtype())
 
 
