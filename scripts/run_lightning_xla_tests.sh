@@ -32,6 +32,11 @@ grep -rlE "lightning\.(fabric|pytorch)|from lightning import" "$WORK/tests/tests
     | xargs sed -i 's/lightning\.fabric/lightning_fabric/g; s/lightning\.pytorch/pytorch_lightning/g; s/from lightning import pytorch as pl/import pytorch_lightning as pl/g'
 PY="${PYTHON:-python3}"
 export PYTHONPATH="$REPO:$WORK/tests${PYTHONPATH:+:$PYTHONPATH}"
+# Lightning's Trainer logs to TensorBoard by default: its tests need one of the two writers
+if ! "$PY" -c "import tensorboardX" 2>/dev/null && ! "$PY" -c "import tensorboard" 2>/dev/null; then
+    echo "installing tensorboardX (Lightning's default logger needs a TensorBoard writer)"
+    "$PY" -m pip install -q tensorboardX
+fi
 
 for tier in $TIERS; do
     # one case id a line: some ids hold spaces (test_tpu_misconfiguration[9, ])
