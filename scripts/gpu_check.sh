@@ -3,10 +3,10 @@
 # jax with its CUDA plugin. Every part is bounded in time; logs go to $OUT (default
 # /tmp/gpu_check) and each part's tail is printed.
 #
-#   bash scripts/gpu_check.sh            # about 6 minutes on one H100/H200
+#   bash scripts/gpu_check.sh            # about 4 minutes on one H100/H200
 #
-# Parts: what the machine has; a small training loop on the XLA device against eager
-# PyTorch on the CPU; benchmarks/bench_gpt.py's GPU configuration (ours, pure JAX,
+# Parts: what the machine has; torch-xla-sanity (a calculation and a few training steps on
+# the XLA device against the CPU); benchmarks/bench_gpt.py's GPU configuration (ours, pure JAX,
 # eager CUDA, inductor); a smoke subset of the tests and the fuzzer's CI seeds with
 # PJRT_DEVICE=CUDA (FUZZ_SEEDS: which fuzz seeds, default 0:300).
 set -u
@@ -31,46 +31,7 @@ part machine 30 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version
   $PY -c 'import sys, torch, jax; print(sys.version.split()[0], \"torch\", torch.__version__, \"jax\", jax.__version__); \
 print(torch.cuda.get_device_name(0)); print(jax.devices())'"
 
-part smoke 90 "${CUDA_ENV[@]}" "$PY" - <<'EOF'
-import time
-import torch
-import torch_xla
-import torch_xla.core.xla_model as xm
-import torch_xla.runtime as xr
-
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10))
-x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
-ref = [p.detach().clone() for p in model.parameters()]
-dev = torch_xla.device()
-print("device", dev, xr.device_type(), xr.global_runtime_device_count())
-
-
-def train(m, xs, ys, sync):
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    losses = []
-    for _ in range(5):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(m(xs), ys)
-        loss.backward()
-        opt.step()
-        sync()
-        losses.append(loss.item())
-    return losses
-
-
-want = train(model, x, y, lambda: None)
-for p, r in zip(model.parameters(), ref):
-    p.data.copy_(r)
-model.to(dev)
-t0 = time.perf_counter()
-got = train(model, x.to(dev), y.to(dev), xm.mark_step)
-print("eager cpu", [f"{v:.5f}" for v in want])
-print("xla cuda ", [f"{v:.5f}" for v in got], f"({time.perf_counter() - t0:.1f} s)")
-# XLA's GPU matmuls may use TF32, so the tolerance is TF32's.
-assert all(abs(a - b) <= 2e-2 * max(1.0, abs(a)) for a, b in zip(want, got)), "losses differ"
-print("smoke: OK")
-EOF
+part sanity 90 "${CUDA_ENV[@]}" "$PY" -m torch_xla.utils.sanity --verbose
 
 part bench_gpt 200 "$PY" benchmarks/bench_gpt.py --steps 5
 
