@@ -429,10 +429,18 @@ def test_division_lowered_for_a_gpu_is_correctly_rounded():
     a, b = ((rng.standard_normal(4096) * 2.0 ** rng.integers(-30, 30, 4096)).astype(np.float32)
             for _ in range(2))
     a[:4], b[:4] = [49, -30.75, 0, 7], [7, -30.75, 0, np.inf]
-    with lowering(LoweringContext("cuda")):
-        got = np.asarray(jax.jit(numerics.true_divide)(a, b))
+
+    def rule(platform, run=jax.make_jaxpr):   # a new function each time: JAX caches traces
+        with lowering(LoweringContext(platform)):     # by function, not by the lowering context
+            return run(lambda x, y: numerics.true_divide(x, y))(a, b)
+
+    got = np.asarray(rule("cuda", jax.jit))
+    gpu_rule, cpu_rule = str(rule("cuda")), str(rule("cpu"))
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(got, a / b)
+    # the 'cuda' rule multiplies by the float64 reciprocal; the CPU keeps float32
+    assert "f64" in gpu_rule and "mul" in gpu_rule, gpu_rule
+    assert "f64" not in cpu_rule, cpu_rule
 
 
 def test_half_precision_products_accumulate_in_float32():

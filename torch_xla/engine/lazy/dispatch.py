@@ -16,7 +16,7 @@ from ..ir.node import OP, Node
 from ..ops import checks, registry
 from . import fallback, index_checks, state, tracing, views
 from .tensor import XLATensor, _handlers, new_base
-from .tracing import (DeviceMismatch, device_mismatch_error, make_entry, meta_arg, op_info,  # noqa: F401
+from .tracing import (DeviceMismatch, device_mismatch_error, make_entry, meta_arg, op_info,
                       walk_args, wrap)
 from .views import assign_result
 

@@ -129,20 +129,21 @@ def _nll(args, kwargs):
 
 
 def _masked_write(args, kwargs):
-    """index_put with one boolean mask: the value's rows along the mask's result
-    dimension must be 1 or as many as the mask selects, which only the data tells;
-    -> [(mask, rows, dim, value shape)] when they are more than 1."""
+    """x[mask] = values with a leading boolean mask on the device, the one masked
+    write that reads no mask on the host (handlers/data_dependent.py): the value's
+    rows along the mask's result dimension must be 1 or as many as the mask
+    selects, which only the data tells; -> [(mask, rows, 0, value shape)] when
+    they are more than 1."""
     x, indices, values = args[0], args[1], args[2]
-    given = [(d, i) for d, i in enumerate(indices) if i is not None]
-    if len(given) != 1 or not isinstance(values, torch.Tensor):
+    if not indices or not isinstance(values, torch.Tensor) or any(i is not None for i in indices[1:]):
         return []
-    d, mask = given[0]
-    if mask.dtype not in (torch.bool, torch.uint8) or mask.device.type != "xla":
+    mask = indices[0]
+    if mask is None or mask.dtype != torch.bool or mask.device.type != "xla":
         return []
-    pos = values.dim() - (x.dim() - d - mask.dim()) - 1   # the value's dim aligned with the count
+    pos = values.dim() - (x.dim() - mask.dim()) - 1   # the value's dim aligned with the count
     if pos < 0 or values.shape[pos] == 1:
         return []
-    return [(mask, values.shape[pos], d, tuple(values.shape))]
+    return [(mask, values.shape[pos], 0, tuple(values.shape))]
 
 
 CHECKS = {}

@@ -415,9 +415,9 @@ _RESIZE = OpInfo("resize_", None, _resize_lowering, meta=_resize_meta)
 
 
 def resize(t, size):
-    """resize_: keeps the leading elements (row-major), new ones are 0. A base tensor
-    gets storage of its own (views taken before keep the old one); a view is seen
-    anew on its storage (`_resize_view`)."""
+    """resize_: keeps the leading elements (row-major), new ones are 0. A view, and a
+    tensor whose storage something else reads and that still fits it, are seen anew
+    on that storage (`_resize_view`); any other tensor gets storage of its own."""
     size = tuple(int(s) for s in size)
     shared = state.storage_shared(t)   # asked first: this frame holds no reference to the Base yet
     s = t._lazy

@@ -471,7 +471,7 @@ PROBED = {
 }
 
 
-REAL_SHAPES_MAX = _REAL_SHAPES_MAX = 1 << 16   # elements per argument that stand in at their real shape
+REAL_SHAPES_MAX = 1 << 16   # elements per argument that stand in at their real shape
 
 
 def _stand_in(a, fill, real):
@@ -502,7 +502,7 @@ def _partial(a):
     return False
 
 
-def _small(a, limit=_REAL_SHAPES_MAX):
+def _small(a, limit=REAL_SHAPES_MAX):
     if isinstance(a, torch.Tensor):
         return a.numel() <= limit
     if isinstance(a, (list, tuple)):

@@ -247,13 +247,10 @@ def _logical(fn):
     return rule
 
 
-_truthy = nx.truthy   # floats by their bits: XLA:CPU reads a subnormal as 0
-
-
-lower("logical_and")(lambda a, b: _as(_truthy(a) & _truthy(b), out_dtype()))
-lower("logical_or")(lambda a, b: _as(_truthy(a) | _truthy(b), out_dtype()))
-lower("logical_xor")(lambda a, b: _as(_truthy(a) ^ _truthy(b), out_dtype()))
-lower("logical_not")(lambda a: _as(~_truthy(a), out_dtype()))
+lower("logical_and")(lambda a, b: _as(nx.truthy(a) & nx.truthy(b), out_dtype()))
+lower("logical_or")(lambda a, b: _as(nx.truthy(a) | nx.truthy(b), out_dtype()))
+lower("logical_xor")(lambda a, b: _as(nx.truthy(a) ^ nx.truthy(b), out_dtype()))
+lower("logical_not")(lambda a: _as(~nx.truthy(a), out_dtype()))
 lower("bitwise_not")(lambda a: jnp.invert(a) if a.dtype != jnp.bool_ else ~a)
 
 
@@ -552,7 +549,7 @@ def _signbit(x):
 @lower("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
 def _where(cond, a, b):
     dt = out_dtype()
-    return jnp.where(_truthy(cond), _as(a, dt), _as(b, dt))
+    return jnp.where(nx.truthy(cond), _as(a, dt), _as(b, dt))
 
 
 @lower("clamp", "clamp.Tensor")

@@ -205,8 +205,8 @@ _PRECISION_BITS = {jnp.dtype(jnp.float32): (8, 23), jnp.dtype(jnp.float64): (11,
 
 def log_operand(x):
     """x as a log should read it: a power of this graph (`power`) through a no-op
-    reduce-precision (an optimization barrier for complex), so that XLA keeps
-    log(pow(a, b)) as written."""
+    reduce-precision on CPU, an optimization barrier elsewhere and for complex, so
+    that XLA keeps log(pow(a, b)) as written."""
     seen = ctx.powers
     if not seen or seen.get(id(x)) is not x:
         return x

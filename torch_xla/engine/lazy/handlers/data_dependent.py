@@ -22,11 +22,11 @@ import torch
 from ...base import metrics
 from ...ops import checks
 from ...ops.registry import handler, lower
-from ..dispatch import op_info
 from ..tensor import XLATensor, new_base
-from ..tracing import meta_arg, trace_node, wrap
+from ..tracing import meta_arg, op_info, trace_node, wrap
 from ..transfers import to_cpu as _to_cpu
 from ..transfers import upload_node
+from ..views import broadcast_error
 
 aten = torch.ops.aten
 
@@ -147,12 +147,6 @@ def _put_dtype_error(x, values):
                         f"{checks.scalar_type_name(values.dtype)} for the source.")
 
 
-def _expandable(shape, to):
-    if len(shape) > len(to):
-        return False
-    return all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(to)))
-
-
 def _check_put(x, indices, values):
     """Eager's checks of x[indices] = values (no mask left in indices) that no
     meta kernel makes: the values broadcast to the indexing result, then they
@@ -163,7 +157,7 @@ def _check_put(x, indices, values):
         result = torch.ops.aten.index.Tensor(meta_arg(x), [meta_arg(i) for i in indices])
     except Exception:  # noqa: BLE001  (a bad index: the op itself says so)
         return
-    if not _expandable(tuple(values.shape), tuple(result.shape)):
+    if broadcast_error(result.shape, values.shape) is not None:
         raise _put_shape_error(values, result.shape)
     if values.dtype != x.dtype:
         raise _put_dtype_error(x, values)
@@ -175,7 +169,7 @@ def _check_leading_mask_put(x, mask, values):
     the values fit, the mask is read for eager's message."""
     rest = tuple(x.shape[mask.dim():])
     v = tuple(values.shape)
-    bad = len(v) > len(rest) + 1 or not _expandable(v[len(v) - min(len(v), len(rest)):], rest)
+    bad = len(v) > len(rest) + 1 or broadcast_error(rest, v[len(v) - min(len(v), len(rest)):]) is not None
     if bad:
         n = _host_nonzero(mask).shape[0]
         raise _put_shape_error(values, (n,) + rest)

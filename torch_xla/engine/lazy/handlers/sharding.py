@@ -20,7 +20,8 @@ from ...ops.op import OpInfo
 from ...ops.registry import handler
 from ...runtime import topology
 from .. import views
-from ..dispatch import functional_handler, op_info
+from ..dispatch import functional_handler
+from ..tracing import op_info
 from ..state import base_of, value_of, whole_base
 from ..tensor import XLATensor, new_base
 from ..tracing import trace_node, wrap
