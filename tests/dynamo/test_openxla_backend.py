@@ -40,7 +40,7 @@ def test_mlp_inference_replays_one_executable(dev):
         torch.testing.assert_close(f(x.to(dev)).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
     assert _count("DynamoExtractCompiledGraph") == 1
     assert _count("DynamoTracedGraph") == 1
-    assert _count("DynamoReplayedGraph") == 3
+    assert _count("DynamoGraphNode") == 4
     assert _count("UncachedCompile") == 1
 
 
@@ -54,7 +54,7 @@ def test_new_shape_compiles_once_and_stays_cached(dev):
         x = torch.randn(b, 16)
         torch.testing.assert_close(f(x.to(dev)).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
     assert _count("UncachedCompile") == 2
-    assert _count("DynamoReplayedGraph") == 4
+    assert _count("DynamoGraphNode") == 6
 
 
 def test_mark_dynamic_accepted(dev):
@@ -103,9 +103,9 @@ def _check_training(model_fn, batches, loss_fn):
     assert dyn[-1] < dyn[0]
     for a, b in zip(p_dyn, p_cpu):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    # forward and backward: traced once each, replayed in every later step
+    # forward and backward: traced once each, one node of the step's graph in every step
     assert _count("DynamoTracedGraph") == 2
-    assert _count("DynamoReplayedGraph") == 8
+    assert _count("DynamoGraphNode") == 10
 
 
 def test_mnist_training_matches_cpu_and_lazy():
@@ -162,7 +162,7 @@ def test_backward_replays_when_its_incoming_gradient_is_a_view():
     for a, b in zip(model.parameters(), p_cpu):
         torch.testing.assert_close(a.detach().cpu(), b, rtol=1e-4, atol=1e-4)
     assert _count("DynamoTracedGraph") == 2
-    assert _count("DynamoReplayedGraph") == 8
+    assert _count("DynamoGraphNode") == 10
     assert _count("DynamoLazyGraph") == 0
 
 
@@ -194,7 +194,7 @@ def test_gpt_inference_matches_cpu(dev):
         i, t = torch.randint(0, 64, (1, 16), generator=g), torch.randint(0, 64, (1, 16), generator=g)
         with torch.no_grad():
             torch.testing.assert_close(f(i.to(dev), t.to(dev)).cpu(), cpu(i, t), rtol=1e-5, atol=1e-5)
-    assert _count("DynamoReplayedGraph") == 2
+    assert _count("DynamoGraphNode") == 3
 
 
 def test_optimizer_step_inside_compiled_region(dev):
@@ -270,7 +270,7 @@ def test_inplace_buffer_update_batchnorm(dev):
     torch.testing.assert_close(model[1].running_mean.cpu(), cpu[1].running_mean, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(model[1].running_var.cpu(), cpu[1].running_var, rtol=1e-5, atol=1e-5)
     assert model[1].num_batches_tracked.cpu().item() == 3
-    assert _count("DynamoReplayedGraph") == 2
+    assert _count("DynamoGraphNode") == 3
 
 
 def test_dropout_draws_new_masks_like_lazy(dev):
@@ -285,7 +285,7 @@ def test_dropout_draws_new_masks_like_lazy(dev):
     assert not torch.equal(dyn[1], dyn[2])          # a fresh mask each call
     for d in dyn:
         assert set(d.unique().tolist()) <= {0.0, 2.0}
-    assert _count("DynamoReplayedGraph") == 2
+    assert _count("DynamoGraphNode") == 3
     for d, lz in zip(dyn, lazy):
         torch.testing.assert_close(d, lz)
 
@@ -336,3 +336,87 @@ def test_step_reads_only_captured_views_through_their_base(dev):
     assert step.accepts(args)
     (out,) = step.run(args)
     torch.testing.assert_close(out.cpu(), torch.arange(4.) * 10 + torch.arange(4., 8.))
+
+
+def _executions_and_compiles():
+    ex, co = met.metric_data("ExecuteTime"), met.metric_data("CompileTime")
+    return (ex[0] if ex else 0), (co[0] if co else 0)
+
+
+def test_compiled_training_step_is_one_executable_per_step():
+    # forward and backward graphs are nodes of the lazy graph: with the optimizer's
+    # update and AOTAutograd's glue they run as one executable per step
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    x, y = torch.randn(16, 16), torch.randn(16, 4)
+    runs = {}
+    for mode in ("lazy", "dynamo"):
+        torch.manual_seed(0)
+        model = _mlp().to(dev)
+        step_model = torch.compile(model, backend="openxla") if mode == "dynamo" else model
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        xd, yd = x.to(dev), y.to(dev)
+        losses, counts = [], []
+        for _ in range(6):
+            before = _executions_and_compiles()
+            opt.zero_grad()
+            loss = F.mse_loss(step_model(xd), yd)
+            loss.backward()
+            opt.step()
+            xm.mark_step()
+            after = _executions_and_compiles()
+            counts.append((after[0] - before[0], after[1] - before[1]))
+            losses.append(loss.item())
+        runs[mode] = (losses, [p.detach().cpu() for p in model.parameters()], counts)
+    (lazy, p_lazy, _), (dyn, p_dyn, counts) = runs["lazy"], runs["dynamo"]
+    assert dyn == pytest.approx(lazy, rel=1e-6, abs=1e-7)
+    for a, b in zip(p_dyn, p_lazy):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    # steps 3 on: the same graph as step 2 (momentum buffers exist), cached
+    assert counts[2:] == [(1, 0)] * 4, counts
+
+
+def test_compiled_graph_that_reads_the_host_runs_lazily(dev):
+    # a graph whose trace reads a value on the host cannot be one node: it runs
+    # through lazy tracing on every call, with the same values
+    import torch._dynamo.config as dcfg
+    with dcfg.patch(capture_scalar_outputs=True):
+        f = torch.compile(lambda a: a * a.sum().item(), backend="openxla", fullgraph=True)
+        x = torch.randn(5)
+        for _ in range(2):
+            torch.testing.assert_close(f(x.to(dev)).cpu(), x * x.sum().item(), rtol=1e-5, atol=1e-5)
+    assert _count("DynamoLazyGraph") >= 1, met.counter_names()
+
+
+def test_compiled_training_without_mark_step_runs_each_step_once():
+    # upstream's compiled training example has no barrier in its loop: the next
+    # step's first compiled call runs the pending step, one executable each
+    torch.manual_seed(0)
+    dev = torch_xla.device()
+    x, y = torch.randn(16, 16), torch.randn(16, 4)
+    torch.manual_seed(0)
+    ref = _mlp()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(0)
+    model = _mlp().to(dev)
+    compiled = torch.compile(model, backend="openxla")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    xd, yd = x.to(dev), y.to(dev)
+    losses, ref_losses, counts = [], [], []
+    for _ in range(6):
+        before = _executions_and_compiles()
+        opt.zero_grad()
+        loss = F.mse_loss(compiled(xd), yd)
+        loss.backward()
+        opt.step()
+        after = _executions_and_compiles()
+        counts.append((after[0] - before[0], after[1] - before[1]))
+        losses.append(loss)
+        ref_opt.zero_grad()
+        rl = F.mse_loss(ref(x), y)
+        rl.backward()
+        ref_opt.step()
+        ref_losses.append(rl.item())
+    assert [v.item() for v in losses] == pytest.approx(ref_losses, rel=1e-4, abs=1e-6)
+    assert counts[0] == (0, 0)                 # the first step is still pending
+    assert counts[3:] == [(1, 0)] * 3, counts  # then each call runs the step before

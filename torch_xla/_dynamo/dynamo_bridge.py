@@ -120,47 +120,94 @@ def _refuse_pending_inputs(args):
                                f"(a tensor of shape {tuple(a.shape)}; config.skip_input_data_check is set)")
 
 
+class _Lazy:
+    """A graph that is not one node: it runs through lazy tracing on every call."""
+    __slots__ = ("why",)
+
+    def __init__(self, why):
+        self.why = why
+
+
+def _executions():
+    return (_metrics.counter_value("UncachedCompile") or 0) + (_metrics.counter_value("CachedCompile") or 0)
+
+
 class CompiledGraph:
-    """The callable torch's backend runs: one captured step per input signature."""
+    """The callable torch's backend runs.
+
+    The first call with an input signature traces the FX graph once, on
+    placeholder tensors of the inputs' shapes, into one pure function; from
+    then on each call adds that function to the lazy graph as one node (the
+    inputs it writes in place get their new values, random ops their fresh
+    seeds). Nothing runs here: the step's other code (the optimizer, code
+    between graph breaks, AOTAutograd's write-backs) joins the same graph, and
+    the step is one executable at the next barrier. A graph that cannot be one
+    node (it reads a value on the host, runs an op on the CPU, takes a CPU
+    tensor) runs through lazy tracing on every call, which is always right.
+
+    A step is the code between two barriers. A graph called a second time with
+    no barrier since starts a new step: the pending graph runs first, so a
+    loop that never calls xm.mark_step() (upstream's compiled training
+    examples) still runs one executable per step."""
 
     def __init__(self, graph_module):
         self.module = graph_module
         self.steps = {}
-
-    def _call_module(self, *args):
-        out = self.module(*args)
-        flat, kind = _flatten(out)
-        self._kind = kind
-        return flat
+        self.step = -1   # the full barrier count at the last call
 
     def __call__(self, *args):
-        args = list(args)
         sig = _signature(args)
         entry = self.steps.get(sig)
-        if entry is not None:
-            step, kind, layout = entry
-            if step.replayable and (not step.views or step.accepts(args)):
-                if config.skip_input_data_check:
-                    _refuse_pending_inputs(args)
-                _metrics.counter("DynamoReplayedGraph")
-                outs = step.run(args)
-                return self._rebuild(layout, kind, outs)
+        if entry is None:
+            entry = self.steps[sig] = self._capture(args)
+        if type(entry) is _Lazy:
             _metrics.counter("DynamoLazyGraph")
-            flat = self._call_module(*args)
-            return self._pack(flat, kind)
+            return self.module(*args)
+        handle, positions, layout, kind = entry
+        if config.skip_input_data_check:
+            _refuse_pending_inputs(args)
+        if self.step == _api.full_barriers():
+            # called again with no barrier since: a new step begins, and the
+            # pending one runs now (a loop with no xm.mark_step() would
+            # otherwise grow one graph over all its steps)
+            _api.sync(reason="a compiled graph called again before a barrier")
+        self.step = _api.full_barriers()
+        _metrics.counter("DynamoGraphNode")
+        outs = _api.call_graph(handle, [args[i] for i in positions])
+        return self._rebuild(layout, kind, outs)
+
+    def _capture(self, args):
         _metrics.counter("DynamoTracedGraph")
-        self._kind = None
-        step, flat = _api.capture_step(self._call_module, args)
-        kind = self._kind
-        layout = None   # (number of outputs, [(position, value) of each non-tensor output])
-        if step.replayable:
-            layout = (len(flat), [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)])
-        else:
-            _metrics.counter("DynamoLazyGraph")
-            if _api.config.read("PT_XLA_DEBUG_LEVEL") >= 1:
-                print(f"pt-xla-profiler: dynamo graph runs lazily on every call: {step.why}")
-        self.steps[sig] = (step, kind, layout)
-        return self._pack(flat, kind)
+        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        if any(not is_xla_tensor(args[i]) for i in positions):
+            return self._lazy("an input is not on the XLA device (its value would be baked in)")
+        out_info = {}
+
+        def flat_fn(*phs):
+            full = list(args)
+            for i, p in zip(positions, phs):
+                full[i] = p
+            flat, kind = _flatten(self.module(*full))
+            out_info["kind"] = kind
+            out_info["layout"] = (len(flat), [(i, o) for i, o in enumerate(flat) if not isinstance(o, torch.Tensor)])
+            return [o for o in flat if isinstance(o, torch.Tensor)]
+
+        n_exec = _executions()
+        try:
+            handle = _api.capture_graph(flat_fn, [_api.aval_of(args[i]) for i in positions], "a dynamo graph")
+        except _api.capture_errors() as e:
+            return self._lazy(f"{type(e).__name__}: {e}")
+        if _executions() != n_exec:
+            # a graph ran while tracing (a host read or a CPU fallback over values
+            # from outside): its result would be frozen into the node
+            return self._lazy("it executed a graph while tracing (host read or CPU fallback)")
+        return handle, positions, out_info["layout"], out_info["kind"]
+
+    @staticmethod
+    def _lazy(why):
+        if _api.config.read("PT_XLA_DEBUG_LEVEL") >= 1:
+            print(f"pt-xla-profiler: dynamo graph runs lazily on every call: {why}")
+        return _Lazy(why)
 
     @staticmethod
     def _pack(flat, kind):
@@ -170,6 +217,8 @@ class CompiledGraph:
 
     def _rebuild(self, layout, kind, outs):
         n, nontensor = layout
+        if not nontensor:
+            return self._pack(outs, kind)
         flat = [None] * n
         fixed = dict(nontensor)
         it = iter(outs)

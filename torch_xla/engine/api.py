@@ -57,6 +57,11 @@ def sync(tensors=None, wait=False, reason="user"):
     return _executor.sync(tensors, wait=wait, reason=reason)
 
 
+def full_barriers():
+    """How many full barriers (mark_step, sync of every live tensor) have run."""
+    return _executor.full_barriers[0]
+
+
 def wait_device_ops():
     _executor.wait_device_ops()
 
@@ -374,6 +379,31 @@ def capture_step(fn, args):
     -> (step, outputs). `step.replayable`, `step.why`, `step.run(args)`."""
     from .lazy.replay import Step
     return Step.capture(fn, args)
+
+
+def capture_graph(fn, avals, name="compiled graph"):
+    """Trace fn(*tensors) -> list of XLA tensors once on placeholders of avals
+    ((shape, dtype) pairs); -> a handle for call_graph. Raises CaptureError
+    (or RuntimeError for a host read) when fn cannot be one pure node."""
+    from .lazy.handlers import control_flow
+    return control_flow.capture_graph(fn, avals, name)
+
+
+def call_graph(handle, tensors):
+    """Add one call of a captured graph to the lazy graph; -> its outputs."""
+    from .lazy.handlers import control_flow
+    return control_flow.call_graph(handle, tensors)
+
+
+def capture_errors():
+    """The exceptions capture_graph raises for a function that cannot be one node."""
+    from .lazy.subgraph import CaptureError
+    return (CaptureError, RuntimeError, NotImplementedError, TypeError, ValueError)
+
+
+def aval_of(t):
+    """XLA tensor t's (shape tuple, torch dtype)."""
+    return _state.aval_of(t)
 
 
 # -- graphs kept by hash (upstream's dynamo-bridge primitives) ------------------------

@@ -25,6 +25,7 @@ from . import device_groups, donation, index_checks, launch, mode, state
 from .state import value_of
 
 step_closures = []
+full_barriers = [0]   # full barriers so far: a step's boundary, for callers that count steps
 
 
 def run(root_values, owners=(), donate=False, reason="user", device=0):
@@ -115,6 +116,7 @@ def sync(tensors=None, wait=False, reason="user"):
     index_checks.verify(block=False)   # flags of earlier steps that are ready by now
     with launch.lock:
         if tensors is None:
+            full_barriers[0] += 1
             bases, n_refs, n_live = state.take_pending()
             full = True
             views = _live_pending_views(bases)

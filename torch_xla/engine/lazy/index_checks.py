@@ -188,6 +188,25 @@ def wrap(func, h):
     return checked
 
 
+def mark():
+    """Where the flags traced from now on start (for take_since)."""
+    return len(_pending)
+
+
+def take_since(n):
+    """Take the flags traced since mark() returned n: -> [(value, info)]. A
+    captured function's body computes its own flags; each call gives them back
+    (add)."""
+    out = _pending[n:]
+    del _pending[n:]
+    return out
+
+
+def add(values, infos):
+    """Pending flags computed by a node (values: IR values of 0-dim bools)."""
+    _pending.extend(zip(values, infos))
+
+
 def take_pending(graph, full):
     """The flags to add to a graph as outputs: every pending one at a full barrier,
     else those whose index the graph computes anyway."""

@@ -32,7 +32,7 @@ from ..base.dtypes import JAX_TO_TORCH, to_jax
 from ..ir import node as ir
 from ..ir.graph import Graph
 from ..ops.context import LoweringContext, ctx
-from . import state
+from . import index_checks, state
 from .state import value_of
 from .tensor import XLATensor, new_base
 from .tracing import ValueArg
@@ -109,9 +109,11 @@ class Body:
     graph: the closed Graph; roles: per graph parameter, ('i', k) input k or
     ('e', k) external k; in_avals / out_avals: torch avals; ext_values: the outer
     IR values of the externals; ext_tensors: a tensor holding each (or None);
-    ext_avals. Equal keys mean the same computation."""
+    ext_avals; checks: with a whole capture, the infos of the index checks
+    the body computes as its last outputs (out_avals counts them). Equal keys
+    mean the same computation."""
     __slots__ = ("graph", "roles", "in_avals", "out_avals", "ext_values", "ext_tensors",
-                 "ext_avals", "key", "_digest", "__weakref__")
+                 "ext_avals", "key", "checks", "_digest", "__weakref__")
 
     def __eq__(self, other):
         return type(other) is Body and self.key == other.key
@@ -169,6 +171,34 @@ def _depends(roots, ph_ids, pinned=None):
     return dep
 
 
+def _depends_whole(roots, ph_ids, outside, pinned=None):
+    """ids of nodes below roots that belong to a whole capture's body: every op
+    node except the values tensors from outside held when fn first read them
+    (those are operands, read anew at each call), plus the placeholders."""
+    dep = {}
+    for rv in roots:
+        stack = [rv[0]]
+        while stack:
+            n = stack.pop()
+            if id(n) in dep:
+                continue
+            if n.kind != ir.OP or id(n) in outside:
+                dep[id(n)] = id(n) in ph_ids or (n.kind != ir.OP and pinned is not None and pinned(n))
+                continue
+            dep[id(n)] = True
+            stack.extend(v[0] for v in n.operands if id(v[0]) not in dep)
+    return dep
+
+
+def _outside(rec, ph_ids):
+    """(node id, index) -> the tensor from outside that held that value when fn first read it."""
+    out = {}
+    for t, v0, read in rec.first.values():
+        if read and id(v0[0]) not in ph_ids:
+            out.setdefault((id(v0[0]), v0[1]), t)
+    return out
+
+
 def _drop(t):
     return None
 
@@ -200,12 +230,18 @@ def _leaked(refs, ph_ids):
     return out
 
 
-def capture(fn, in_avals, name="body", pin=None):
+def capture(fn, in_avals, name="body", pin=None, whole=False):
     """Trace fn(*placeholders) -> flat list of tensors; -> Body.
 
     pin: called after the trace, returns a predicate on leaf nodes: leaves it
     accepts stay operands, but the ops over them stay inside the body (random
     ops over seeds a caller will replace).
+
+    whole: every op fn ran goes into the body, not only those over the inputs;
+    the externals are then the values of tensors from outside (as fn first read
+    them; their tensors are kept, so each call reads their current value) and
+    leaves. A graph called many times (torch.compile's) needs this: a value
+    computed from a closed-over tensor must not be frozen at its first call.
 
     in_avals: list of (shape, dtype). The function runs with autograd on, as user
     code does, so tensors it closes over keep their autograd history."""
@@ -214,23 +250,43 @@ def capture(fn, in_avals, name="body", pin=None):
     ph_ids = {id(n): k for k, n in enumerate(ph_nodes)}
     rec = _Recorder()
     start = len(state.pending)
+    checks_at = index_checks.mark()
     # the body's own autograd graph is never run (its gradient is a jax.vjp):
     # saving nothing for it keeps its tensors from outliving the trace
     _active.append(rec)
     try:
         with rec, torch.autograd.graph.saved_tensors_hooks(_drop, _never):
             outs = fn(*phs)
+    except BaseException:
+        index_checks.take_since(checks_at)   # flags over placeholders must not reach a barrier
+        raise
     finally:
         _active.pop()
     outs = list(outs)
     for k in range(len(outs)):
         if not isinstance(outs[k], XLATensor):
+            index_checks.take_since(checks_at)
             raise CaptureError(f"torch_xla: {name} must return XLA tensors; output {k} is "
                                f"{type(outs[k]).__name__}")
     out_values = [value_of(o) for o in outs]
     out_avals = [o._lazy.aval for o in outs]
+    # index checks the body traced: a whole body computes them as extra outputs
+    # (each call hands them back), else only those over outside values stay
+    checks = index_checks.take_since(checks_at)
+    if whole:
+        out_values += [c[0] for c in checks]
+        out_avals += [((), torch.bool)] * len(checks)
+    elif checks:
+        inner = _depends([c[0] for c in checks], ph_ids)
+        kept = [c for c in checks if not inner[id(c[0][0])]]
+        index_checks.add([c[0] for c in kept], [c[1] for c in kept])
     pinned = pin() if pin is not None else None
-    dep = _depends(out_values, ph_ids, pinned)
+    outside = None
+    if whole:
+        outside = _outside(rec, ph_ids)
+        dep = _depends_whole(out_values, ph_ids, {k[0] for k in outside}, pinned)
+    else:
+        dep = _depends(out_values, ph_ids, pinned)
 
     _check_no_writes(rec, dep, ph_ids, name)
 
@@ -247,7 +303,9 @@ def capture(fn, in_avals, name="body", pin=None):
             aval = aval_of_value(v)
             ext_values.append(v)
             ext_avals.append(aval)
-            ext_tensors.append(rec.by_value.get(k))
+            # whole: only a tensor from outside is kept (one made inside fn would
+            # be kept alive for nothing: its value is a constant of the body)
+            ext_tensors.append(rec.by_value.get(k) if outside is None else outside.get(k))
             ext_leaves.append(ir.Node(ir.DATA, aval, (), hash(("ext",) + aval)))
         return (ext_leaves[j], 0)
 
@@ -292,10 +350,11 @@ def capture(fn, in_avals, name="body", pin=None):
     b.ext_values = ext_values
     b.ext_tensors = ext_tensors
     b.ext_avals = tuple(ext_avals)
+    b.checks = tuple(c[1] for c in checks) if whole else ()
     b.key = (g.key, b.roles, b.in_avals, b.ext_avals)
     b._digest = None
     # the function's own tensors are dead now; drop their pending entries
-    del outs, rec, phs
+    del outs, rec, phs, outside
     leaked = _leaked(state.pending[start:], ph_ids)
     if leaked:
         # autograd's saved tensors may form cycles with their tensors: collect once

@@ -24,7 +24,10 @@ from ...ir import node as ir
 from ...ops.op import OpInfo
 from ..subgraph import CaptureError, capture, jax_spec  # noqa: F401  (re-exported)
 from ..tensor import XLATensor
+from .. import donation, index_checks
+from ..state import value_of
 from ..tracing import ValueArg, trace_node, wrap
+from ..views import assign
 from . import random as rnd
 
 
@@ -543,3 +546,95 @@ def apply_pure(handle, tensors, rng_seed=None):
                 seeds.append(rnd.advance(seeds[-1]))
             ext[j] = ValueArg(ir.scalar_value(seeds[k], "int64"), ((), torch.int64))
     return apply(spec, list(tensors) + list(ext))
+
+
+# ---------------------------------------------------------------------------
+# graphs called as one node (torch.compile's openxla backends)
+
+class GraphCall:
+    """A function captured whole, called as one node per call.
+
+    spec: the node; ext: the trailing operands (tensors from outside, read anew
+    at each call, or fixed values); seed_slots/n_seeds: which operands are the
+    seeds the trace took, and how many it took; n_written: how many inputs the
+    function writes in place (their new values follow the function's outputs,
+    in `written` order); checks: the index checks the body computes (its last
+    outputs), handed to the next barrier at each call."""
+    __slots__ = ("spec", "ext", "seed_slots", "n_seeds", "written", "checks", "donors")
+
+
+def capture_graph(fn_flat, in_avals, name="compiled graph"):
+    """Trace fn_flat(*inputs) -> list of XLA tensors once on placeholders of
+    in_avals; -> GraphCall. Raises CaptureError when the function cannot be a
+    pure node (it writes into a tensor it closes over, keeps a result alive,
+    returns something else than XLA tensors), and RuntimeError when it reads a
+    value on the host."""
+    written = []
+    donors = []
+
+    def traced(*phs):
+        before = [p._lazy.value[0] for p in phs]
+        donors[:] = before
+        outs = list(fn_flat(*phs))
+        written[:] = [k for k, (p, n) in enumerate(zip(phs, before)) if p._lazy.value[0] is not n]
+        return outs + [phs[k] for k in written]
+
+    saved = rnd.rng.seed
+    rnd.rng.seed = _SENTINEL_SEED
+    pin, taken = _seed_pin(_SENTINEL_SEED)
+    donation.log_requests(True)
+    try:
+        body = capture(traced, in_avals, name, pin=pin, whole=True)
+    finally:
+        rnd.rng.seed = saved
+        asked = donation.log_requests(False)
+    n = len(in_avals)
+
+    def fn(*ops):
+        return body.jax_fn()(list(ops[:n]), list(ops[n:]))
+
+    g = GraphCall()
+    g.spec = Spec("compiled_graph", body.key, fn, list(in_avals) + list(body.ext_avals), body.out_avals)
+    g.ext = tuple(body.ext_operands())
+    g.seed_slots = _seed_slots(body, taken)
+    g.n_seeds = len(taken)
+    g.written = tuple(written)
+    g.checks = body.checks
+    # buffer-donor marks the function asked of its inputs (dynamo_set_buffer_donor_):
+    # the first call applies them to its arguments, as the lazy trace would have
+    where = {id(nd): k for k, nd in enumerate(donors)}
+    g.donors = [(where[id(nd)], flag) for nd, flag in asked if id(nd) in where]
+    _release(body)
+    return g
+
+
+def call_graph(g, tensors):
+    """One call of a captured graph on its input tensors: one node; the inputs
+    it writes get their new values. Random ops take fresh seeds from the
+    device generator, the same ones a lazy trace of the function would take.
+    -> the function's outputs (without the written inputs)."""
+    if g.donors:
+        for k, flag in g.donors:
+            donation.set_donation(tensors[k], flag)
+        g.donors = None
+    ext = g.ext
+    if g.n_seeds:
+        ext = list(ext)
+        s = rnd.rng.seed
+        seeds = [s]
+        for _ in range(g.n_seeds - 1):
+            seeds.append(rnd.advance(seeds[-1]))
+        rnd.rng.seed = rnd.advance(seeds[-1])
+        for j, k in g.seed_slots:
+            ext[j] = ValueArg(ir.scalar_value(seeds[k], "int64"), ((), torch.int64))
+    outs = apply(g.spec, list(tensors) + list(ext))
+    if g.checks:
+        nc = len(outs) - len(g.checks)
+        index_checks.add([value_of(f) for f in outs[nc:]], g.checks)
+        outs = outs[:nc]
+    if not g.written:
+        return outs
+    n = len(outs) - len(g.written)
+    for k, v in zip(g.written, outs[n:]):
+        assign(tensors[k], value_of(v), fresh=True)
+    return outs[:n]
