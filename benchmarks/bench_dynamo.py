@@ -161,7 +161,7 @@ def dynamo_train_step(kind, batch):
 
     for _ in range(2):
         step()
-    _until_replayed(step, "DynamoReplayedGraph", per_call=3, calls=3)
+    _until_replayed(step, "DynamoGraphNode", per_call=3, calls=3)
     return step, xm.wait_device_ops
 
 
@@ -214,7 +214,7 @@ def dynamo_infer(kind, batch):
             held["out"] = f(data, target)
     for _ in range(2):
         step()
-    _until_replayed(step, "DynamoReplayedGraph", calls=2)
+    _until_replayed(step, "DynamoGraphNode", calls=2)
     return step, xm.wait_device_ops
 
 
