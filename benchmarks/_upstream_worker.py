@@ -8,6 +8,9 @@ batch sizes and step counts as the other competitors. argv[1] is a JSON object:
 
   {"mode": "main", "models": [[kind, batch], ...], "steps": N, "trace_reps": R}
       the tracing chain, then per model the cached step and per-step tracing
+  {"mode": "compiled", "models": [[kind, batch], ...], "steps": N, "reps": R}
+      per model the torch.compile(backend="openxla") training step: cached
+      step time, executables run and compiled per step
   {"mode": "compile", "side": "xla", "kind": k, "batch": b, "steps": N}
       one model's first / second / steady step in this fresh process; no
       persistent cache (xr.initialize_cache is never called)

@@ -27,8 +27,19 @@ Sections:
                        return of xm.mark_step() (the graph is dispatched, not waited
                        for); before each measured step the previous step's execution
                        was waited for, so no device time is in it. Median of R steps.
+                       Beside it, the ops one step hands to torch_xla's dispatcher
+                       (counted as the chain's ops are: every aten call reaching
+                       XLATensor.__torch_dispatch__, counted in one extra, untimed step),
+                       the step's time per op, and its ratio to the chain's per-op cost.
   [cached step]        steady state: N steps back to back, one wait at the end,
                        best of 3 such runs.
+  [compiled step]      the same models under torch.compile(model, backend="openxla"),
+                       a plain SGD momentum (not compiled) and xm.mark_step() each
+                       step: the cached step (as [cached step]) and its ratio to pure
+                       JAX, and the executables run and compiled per step in steady
+                       state (deltas of the ExecuteTime sample count and the
+                       CompileTime count over the timed steps); upstream's in the same
+                       run when UPSTREAM_PYTHON is set.
   [compile]            time from a new graph to its first result. Each model and
                        each side runs in a FRESH subprocess: in one process, the
                        earlier sections would already have compiled the models' graphs
@@ -86,6 +97,7 @@ NAMES = {k: name for k, _, name in MODELS}
 TARGET_TRACE_US = 6.0        # tracing, us/op on the scalar chain
 TARGET_STEP_TRACE = 0.75     # per-step tracing, ours / upstream
 TARGET_STEP_JAX = 1.05       # cached step, ours / pure JAX
+TARGET_STEP_PER_OP = 2.0     # per-step tracing per dispatched op, over the chain's per op
 
 # the environment variables that would turn on a persistent compilation cache
 CACHE_VARS = ("XLA_PERSISTENT_CACHE_PATH", "XLA_PERSISTENT_CACHE_READ_ONLY", "JAX_COMPILATION_CACHE_DIR")
@@ -234,11 +246,90 @@ def _jax_step(kind, batch):
 
 
 def bench_model_xla(kind, batch, steps, trace_reps, reps=3):
-    """torch_xla (ours, or upstream in the worker): cached step and per-step tracing."""
+    """torch_xla (ours, or upstream in the worker): cached step and per-step tracing
+    (and, for ours, the ops one step hands to the tracer)."""
     import torch_xla.core.xla_model as xm
     step = _torch_step(kind, batch, True)
     cached = timeit(step, steps, sync=xm.wait_device_ops, reps=reps)
-    return {"step": cached, "trace": step_tracing(step, xm.wait_device_ops, trace_reps)}
+    out = {"step": cached, "trace": step_tracing(step, xm.wait_device_ops, trace_reps)}
+    out["ops"] = count_dispatched_ops(step, xm.wait_device_ops)
+    return out
+
+
+def count_dispatched_ops(step, sync):
+    """How many aten calls of one step reach this project's Python dispatcher
+    (XLATensor.__torch_dispatch__), counted as the [tracing] chain's ops are
+    counted: each call torch hands to the tracer is one op, whatever it does
+    there (a lowered op, a view, a detach autograd asks for, one _foreach_ call
+    over a parameter list, a decomposition's entry and each aten call it makes
+    in turn). The step runs once more with a counting wrapper around the
+    dispatcher (not timed); None under upstream torch_xla, which has no Python
+    dispatcher."""
+    try:
+        from torch_xla.engine.lazy.tensor import XLATensor
+    except ImportError:
+        return None
+    attr = XLATensor.__dict__["__torch_dispatch__"]
+    inner = attr.__func__
+    n = [0]
+
+    def counting(cls, func, types, args=(), kwargs=None):
+        n[0] += 1
+        return inner(cls, func, types, args, kwargs)
+
+    sync()
+    XLATensor.__torch_dispatch__ = classmethod(counting)
+    try:
+        step()
+    finally:
+        XLATensor.__torch_dispatch__ = attr
+    sync()
+    return n[0]
+
+
+def _compiled_step(kind, batch):
+    """The training step with the model under torch.compile(backend="openxla"), a
+    plain (not compiled) SGD momentum and xm.mark_step() each step. Runs under
+    upstream torch_xla too."""
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    if kind == "gpt":
+        model, data, target, loss_fn = torch_gpt(batch, blocks="explicit")
+    else:
+        model, data, target, loss_fn = {"mlp": torch_mlp, "mnist": torch_mnist}[kind](batch)
+    dev = torch_xla.device()
+    model, data, target = model.to(dev), data.to(dev), target.to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    compiled = torch.compile(model, backend="openxla")
+
+    def step():
+        opt.zero_grad()
+        loss_fn(compiled(data), target).backward()
+        opt.step()
+        xm.mark_step()
+    return step
+
+
+def bench_compiled_step(kind, batch, steps, reps=3):
+    """torch.compile(backend="openxla") training: the cached step (as timeit), and
+    the executables run and compiled per step in steady state: deltas of the
+    ExecuteTime sample count and the CompileTime count over the timed steps."""
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    def count(name):
+        data = met.metric_data(name)
+        return int(data[0]) if data else 0
+
+    step = _compiled_step(kind, batch)
+    for _ in range(3):   # Dynamo's traces, the bridge's graphs, the momentum buffers
+        step()
+    xm.wait_device_ops()
+    ex0, co0 = count("ExecuteTime"), count("CompileTime")
+    cached = timeit(step, steps, warmup=0, sync=xm.wait_device_ops, reps=reps)
+    n = steps * reps
+    return {"step": cached, "executed": (count("ExecuteTime") - ex0) / n, "compiled": (count("CompileTime") - co0) / n}
 
 
 def bench_jax_step(kind, batch, steps, reps=3):
@@ -402,6 +493,14 @@ def worker_main(args):
         return eager_point(args["kind"], args["batch"], args["steps"], args.get("threads"))
     if args.get("mode") == "cache":
         return cache_point(args["kind"], args["batch"], args["path"], args["started"])
+    if args.get("mode") == "compiled":
+        out = {}
+        for kind, batch in args["models"]:
+            try:
+                out[kind] = bench_compiled_step(kind, batch, args["steps"], args.get("reps", 3))
+            except Exception as e:  # noqa: BLE001 - one model's failure is reported, the others run
+                out[kind] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        return out
     import torch
     import torch_xla
     out = {"versions": {"torch": torch.__version__, "torch_xla": torch_xla.__version__,
@@ -485,6 +584,18 @@ def measure(a, steps, trace_reps, reps):
         res["tracing"]["up"] = up["per_op"] if up else None
         for kind, _ in models:
             res["models"][kind]["up"] = up.get(kind) if up else None
+    res["compiled"] = {}
+    for kind, batch in models:
+        progress(f"compiled step, {kind}: torch.compile(backend='openxla')")
+        try:
+            res["compiled"][kind] = {"ours": bench_compiled_step(kind, batch, steps, reps)}
+        except Exception as e:  # noqa: BLE001 - reported in the table, the other sections still run
+            res["compiled"][kind] = {"ours": {"error": f"{type(e).__name__}: {e}"[:300]}}
+    if upstream_python():
+        progress("upstream torch_xla: compiled steps")
+        up = upstream({"mode": "compiled", "models": models, "steps": steps, "reps": reps})
+        for kind, _ in models:
+            res["compiled"][kind]["up"] = up.get(kind) if up else None
     progress("index checks")
     for kind, batch in (("mnist", 64), ("gpt", 8)):
         res["index"][kind] = bench_index_checks(kind, batch, blocks=4 if a.quick else 12)
@@ -531,13 +642,21 @@ def report(res, title):
     has_up = any(r.get("up") for r in rows.values())
     print("\n[per-step tracing] one training step's Python time, first op to the return of xm.mark_step() "
           "(graph dispatched, not waited for; the previous step already waited for), median, ms")
-    print(f"  {'model':<28}{'torch_xla':>11}{'upstream':>11}{'xla/upstream':>14}")
+    print(f"  {'model':<28}{'torch_xla':>11}{'upstream':>11}{'xla/upstream':>14}{'':>6}"
+          f"{'ops/step':>10}{'us/op':>8}{'chain us/op':>13}{'step/chain':>12}")
     for kind, r in rows.items():
         ours, up = r["ours"]["trace"], (r.get("up") or {}).get("trace")
-        verdict = f"  {_mark(ours / up <= TARGET_STEP_TRACE)}" if up else ""
-        print(f"  {NAMES[kind]:<28}{_ms(ours)}{_ms(up)}{_ratio(ours, up, 14)}{verdict}")
+        verdict = f"  {_mark(ours / up <= TARGET_STEP_TRACE)}" if up else f"{'':>6}"
+        ops = r["ours"].get("ops")
+        per_op = ours / ops * 1e6 if ops else None
+        per_op_cols = (f"{int(ops):>10d}{per_op:>8.2f}{tr['ours']:>13.2f}{per_op / tr['ours']:>12.2f}  "
+                       f"{_mark(per_op / tr['ours'] <= TARGET_STEP_PER_OP)}") if ops else f"{'-':>10}"
+        print(f"  {NAMES[kind]:<28}{_ms(ours)}{_ms(up)}{_ratio(ours, up, 14)}{verdict}{per_op_cols}")
     print(f"  target: torch_xla/upstream <= {TARGET_STEP_TRACE:g}" +
           ("" if has_up else "   (n/a: upstream did not run; set UPSTREAM_PYTHON)"))
+    print(f"  ops/step: the aten calls of one step that reach torch_xla's Python dispatcher, counted as the "
+          f"chain's are (a view, an autograd detach, a _foreach_ call over a list: one each); us/op: the step's "
+          f"time over them; target: step/chain <= {TARGET_STEP_PER_OP:g}")
 
     print("\n[cached training step] steady state: N steps back to back, one wait, best of the timed runs; "
           "ms/step (SGD momentum)")
@@ -548,6 +667,24 @@ def report(res, title):
         print(f"  {NAMES[kind]:<28}{_ms(ours)}{_ms(jx)}{_ms(ea)}{_ms(up)}{_ratio(ours, jx)}"
               f"  {_mark(ours / jx <= TARGET_STEP_JAX)}{_ratio(ours, ea, 11)}{_ratio(ours, up, 14)}")
     print(f"  target: torch_xla/JAX <= {TARGET_STEP_JAX:g}")
+
+    if res.get("compiled"):
+        print("\n[compiled step] torch.compile(model, backend=\"openxla\"), plain SGD momentum (not compiled), "
+              "xm.mark_step() each step: steady state as [cached training step], ms/step; executables run and "
+              "compiled per step (ExecuteTime samples and CompileTime count over the timed steps)")
+        print(f"  {'model':<28}{'torch_xla':>11}{'pure JAX':>11}{'upstream':>11}{'xla/JAX':>9}{'xla/upstream':>14}"
+              f"{'run/step':>10}{'compiled/step':>15}{'up run/step':>13}")
+        for kind, c in res["compiled"].items():
+            ours, up = c.get("ours") or {}, c.get("up") or {}
+            if "error" in ours:
+                print(f"  {NAMES[kind]:<28}failed: {ours['error']}")
+                continue
+            o, u, jx = ours.get("step"), up.get("step"), rows[kind]["jax"]
+            up_run = f"{up['executed']:>13.2f}" if up.get("executed") is not None else f"{'-':>13}"
+            print(f"  {NAMES[kind]:<28}{_ms(o)}{_ms(jx)}{_ms(u)}{_ratio(o, jx)}{_ratio(o, u, 14)}"
+                  f"{ours['executed']:>10.2f}{ours['compiled']:>15.2f}{up_run}")
+            if "error" in up:
+                print(f"  {'':<28}upstream failed: {up['error']}")
 
     if res.get("compile"):
         print("\n[compile] new graph to first result: fresh process per model and side, empty persistent "

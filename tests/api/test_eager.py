@@ -18,7 +18,10 @@ def _train(dev, steps=2, eager=False):
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(4, 1, 28, 28, generator=g), torch.randint(0, 10, (4,), generator=g)) for _ in range(steps)]
     m = copy.deepcopy(model).to(dev)
-    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.5)
+    # the per-parameter loop: one small op per parameter, whose executables the
+    # parameters of one shape share (torch's default for XLA tensors is foreach,
+    # one graph per _foreach_ call in eager mode)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.5, foreach=False)
     losses = []
     with exp.eager_mode_context(eager):
         for x, y in data:

@@ -109,6 +109,7 @@ def functional_handler(info):
         if e.out_struct is None:
             return new_base((node, 0), e.out_avals[0])
         return wrap(node, e)
+    h._lowered = info   # in-place twins trace through it directly (_inplace_handler)
     return h
 
 
@@ -166,15 +167,48 @@ def _composite(func):
 
 def _inplace_handler(func, twin):
     twin_h = None
+    lowered = None   # the twin's OpInfo when its handler is the plain lowered one
     mut = _mutated_args(func._schema)
     checked = set()
 
     def h(args, kwargs):
-        nonlocal twin_h
+        nonlocal twin_h, lowered
         if twin_h is None:
             twin_h = lambda a, k: call(twin, a, k)  # noqa: E731
+            th = _handlers.get(twin)
+            if th is None:
+                th = _handlers[twin] = make_handler(twin)
+            lowered = getattr(th, "_lowered", None) if mut == [0] else None
         if len(args) > 1:
             views.check_partial_overlap(args[0], args[1:])
+        if lowered is not None:
+            # the hot case (an optimizer's add_/mul_): the twin's node is traced here and
+            # its value written into self, with no result tensor made in between; any
+            # other outcome (another aval, several outputs) takes the general path below
+            target = args[0]
+            if type(target) is XLATensor:
+                try:
+                    key, ops, hs = walk_args(args, kwargs, lowered)
+                except DeviceMismatch as exc:
+                    raise device_mismatch_error(lowered.name, exc.args[0]) from None
+                e = lowered.memo.get(key)
+                if e is None:
+                    try:
+                        e = lowered.memo[key] = make_entry(lowered, key, args, kwargs)
+                    except NotImplementedError:
+                        _raise_write_error(func, args, kwargs)
+                        raise
+                lowered.traced += 1
+                hs.append(e.hash)
+                node = Node(OP, e, tuple(ops), hash(tuple(hs)))
+                if e.out_struct is None:
+                    if e.out_avals[0] == target._lazy.aval:
+                        views.assign(target, (node, 0))
+                        return target
+                    res = new_base((node, 0), e.out_avals[0])
+                    _check_inplace(func, target, res, args, kwargs, checked)
+                    assign_result(target, res)
+                    return target
         try:
             res = twin_h(args, kwargs)
         except NotImplementedError:
@@ -396,8 +430,20 @@ def _foreach_handler(func):
     n_pos = sum(1 for a in elem._schema.arguments if not a.kwarg_only)
     kw_only = [a.name for a in elem._schema.arguments if a.kwarg_only]
 
+    plain = base != "norm" and "scalars" not in arg_names   # every element call is (list items, others)
+
     def h(args, kwargs):
         n = next(len(a) for a, is_list in zip(args, arg_is_list) if is_list)
+        if plain and len(args) <= n_pos:
+            # the hot case (an optimizer's _foreach_add_ / _foreach_mul_): one handler, the
+            # per-element arguments picked by position, the keywords as they are
+            eh = _handlers.get(elem)
+            if eh is None:
+                eh = _handlers[elem] = make_handler(elem)
+            flags = arg_is_list[:len(args)]
+            outs = [eh(tuple([a[i] if is_list else a for a, is_list in zip(args, flags)]), kwargs)
+                    for i in range(n)]
+            return None if inplace else outs
         outs = []
         for i in range(n):
             ai = []

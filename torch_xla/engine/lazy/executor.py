@@ -61,7 +61,7 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             mode.unexpected_execution(g, reason)
         t_unwrap = time.perf_counter_ns()
         params = g.param_arrays()
-        pools = g.pool_arrays() if g.scalars else ()
+        pools = _pools(g) if g.scalars else ()
         metrics.metric("UnwrapXlaData", time.perf_counter_ns() - t_unwrap)
         outs = launch.launch(g, params, pools, reason, device)
         if perm is not None:
@@ -73,6 +73,24 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             index_checks.deliver(outs[n_roots:], check_infos)
             outs = outs[:n_roots]
         return outs
+
+
+_pool_memo = {}   # the graph's scalar leaves (identity) -> their host pools
+_POOL_MEMO_SIZE = 64
+
+
+def _pools(g):
+    """g's scalar pools (numpy arrays, one per dtype). A step feeds the same
+    scalar leaves every time (a constant lr, momentum, eps: the leaves are cached
+    per value), so the pools are kept by the leaves themselves; the memo holds
+    them, so no other leaf can take a kept one's identity."""
+    key = tuple(g.scalars)
+    pools = _pool_memo.get(key)
+    if pools is None:
+        if len(_pool_memo) >= _POOL_MEMO_SIZE:
+            _pool_memo.pop(next(iter(_pool_memo)))
+        pools = _pool_memo[key] = g.pool_arrays()
+    return pools
 
 
 def _writers(owners):

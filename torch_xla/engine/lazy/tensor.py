@@ -185,6 +185,13 @@ class XLATensor(torch.Tensor):
         raise TypeError("XLATensor is made by torch_xla; use tensor.to('xla')")
 
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is _DETACH and type(args[0]) is XLATensor:
+            # autograd detaches every output it saves and again when it unpacks one, and
+            # each gradient it stores (shallow_copy_and_detach of a Python tensor): an
+            # alias of a base, made here with no handler lookup (views.alias otherwise)
+            s = args[0]._lazy
+            if type(s) is state.Base:
+                return new_view(s, (), s.aval, s.value, s.gen)
         if len(types) > 1 and any(ty is not XLATensor for ty in types):
             return NotImplemented   # a wrapper subclass among the args (XLAShardedTensor) unwraps first
         h = _handlers.get(func)
@@ -300,6 +307,7 @@ def connect(make_handler, device_array):
 
 
 _handlers = {}   # aten op -> handler, filled on the first call of each op
+_DETACH = torch.ops.aten.detach.default
 _make = torch.Tensor._make_wrapper_subclass
 _make_base = state.make_base
 _make_view = state.make_view

@@ -10,8 +10,29 @@ being skipped on the host. The `adam_update` / `sgd_update` helpers are shared
 with `torch_xla.amp.syncfree`.
 """
 import torch
+import torch.optim.optimizer as _optimizer
+import torch.utils._foreach_utils as _foreach_utils
 
 from ...ops.registry import handler
+from ..tensor import XLATensor
+
+
+def _allow_foreach():
+    """torch's optimizers (and clip_grad_norm_) take their `foreach` path, one
+    `_foreach_*` call per parameter list, only for tensors whose exact type is
+    in `torch.utils._foreach_utils._foreach_supported_types` on a device of
+    `_get_foreach_kernels_supported_devices()` ("xla" is listed). Upstream's XLA
+    tensors are plain torch.Tensors, so torch picks foreach for them; ours are
+    XLATensors and fell back to the per-parameter loop (each op a dispatch of its
+    own). The type joins that list, so the default is upstream's: dispatch.py
+    traces each `_foreach_` call element by element into the same graph."""
+    for module in (_optimizer, _foreach_utils):
+        types = getattr(module, "_foreach_supported_types", None)
+        if isinstance(types, list) and XLATensor not in types:
+            types.append(XLATensor)
+
+
+_allow_foreach()
 
 
 def _flag(found_inf):
