@@ -258,29 +258,65 @@ def _mesh_of(mesh):
     return mesh
 
 
+def _flash_vjp(q, k, v, ab, q_seg, kv_seg, grad, *, causal, sm_scale):
+    def f(q, k, v, ab):
+        return _flash_jax(q, k, v, ab, q_seg, kv_seg, causal=causal, sm_scale=sm_scale)
+    _, pull = jax.vjp(f, q, k, v, ab)
+    return pull(grad.astype(q.dtype))
+
+
+class _ShardedFlash(torch.autograd.Function):
+    """The kernel per shard inside a manual-sharding region (shard_map), in the
+    forward and again in the backward (the region's edges carry no autograd)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, ab, q_seg, kv_seg, causal, sm_scale, spec, mesh):
+        import torch_xla.distributed.spmd as xs
+        ctx.save_for_backward(q, k, v, ab, q_seg, kv_seg)
+        ctx.args = (causal, sm_scale, spec, mesh)
+        seg_spec = (spec[0], spec[-2])
+
+        def local(t, s):
+            return None if t is None else xs.enable_manual_sharding(t, s, mesh=mesh).global_tensor
+
+        out = _flash_call(local(q, spec), local(k, spec), local(v, spec), causal, local(q_seg, seg_spec),
+                          local(kv_seg, seg_spec), sm_scale, local(ab, spec))
+        return xs.disable_manual_sharding(out, spec, tuple(q.shape), mesh=mesh).global_tensor
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch_xla.distributed.spmd as xs
+        q, k, v, ab, q_seg, kv_seg = ctx.saved_tensors
+        causal, sm_scale, spec, mesh = ctx.args
+        seg_spec = (spec[0], spec[-2])
+
+        def local(t, s):
+            return None if t is None else xs.enable_manual_sharding(t, s, mesh=mesh).global_tensor
+
+        grads = _run(_flash_vjp, (local(q, spec), local(k, spec), local(v, spec), local(ab, spec),
+                                  local(q_seg, seg_spec), local(kv_seg, seg_spec), local(grad.contiguous(), spec)),
+                     {"causal": causal, "sm_scale": sm_scale}, name="flash_attention_vjp")
+        full = [None if g is None else
+                xs.disable_manual_sharding(g, spec, tuple(t.shape), mesh=mesh).global_tensor
+                for g, t in zip(grads, (q, k, v, ab))]
+        return (*full, None, None, None, None, None, None)
+
+
 def _flash_sharded(q, k, v, causal, q_seg, kv_seg, sm_scale, ab, partition_spec, mesh):
-    """The kernel per shard inside a manual-sharding region (shard_map): q, k, v
-    and ab laid out by `partition_spec`, segment ids by its batch and sequence
-    entries. When the sequence axis is split a per-shard causal or segment mask
-    would be wrong, so then the partitioner splits the whole-sequence reference."""
+    """q, k, v (and ab) laid out by `partition_spec` over `mesh`, segment ids by
+    its batch and sequence entries. With the sequence and head-size axes whole,
+    the kernel runs per shard (a manual region, as the TPU kernels need); when
+    they are split, a per-shard causal or segment mask would be wrong, so the
+    partitioner splits the whole-sequence computation instead."""
     import torch_xla.distributed.spmd as xs
     mesh = _mesh_of(mesh)
     spec = tuple(partition_spec)
     if len(spec) != q.dim():
         raise ValueError(f"flash_attention: partition_spec {spec} does not match q's rank {q.dim()}")
-    seg_spec = (spec[0], spec[-2]) if q.dim() == 4 else None
-    if spec[-2] is not None or spec[-1] is not None:
+    if q.dim() != 4 or spec[-2] is not None or spec[-1] is not None:
         q, k, v = (xs.mark_sharding(t, mesh, spec).global_tensor for t in (q, k, v))
         return _flash_call(q, k, v, causal, q_seg, kv_seg, sm_scale, ab)
-
-    def local(t, s):
-        return None if t is None else xs.enable_manual_sharding(t, s, mesh=mesh).global_tensor
-
-    lq, lk, lv = local(q, spec), local(k, spec), local(v, spec)
-    lqs, lks = local(q_seg, seg_spec), local(kv_seg, seg_spec)
-    lab = local(ab, spec)
-    out = _flash_call(lq, lk, lv, causal, lqs, lks, sm_scale, lab)
-    return xs.disable_manual_sharding(out, spec, tuple(q.shape), mesh=mesh).global_tensor
+    return _ShardedFlash.apply(q, k, v, ab, q_seg, kv_seg, bool(causal), float(sm_scale), spec, mesh)
 
 
 def flash_attention(
