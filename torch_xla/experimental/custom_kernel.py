@@ -915,6 +915,55 @@ def repeat_with_fixed_output_size(input: torch.Tensor, repeats: torch.Tensor, to
 
 
 # ---------------------------------------------------------------------------
+# F.scaled_dot_product_attention on a GPU
+
+def _sdpa_jax(q, k, v, *, is_causal, scale):
+    out = None
+    if _platform() in _GPU_PLATFORMS:
+        out = _flash_cudnn(q, k, v, None, None, None, is_causal, scale)
+    if out is None:
+        out = _attention_reference(q, k, v, None, None, None, is_causal, scale)
+    return out
+
+
+def _sdpa_fits_fused(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa):
+    """Whether cuDNN's fused attention can take this call: 4-d half-precision
+    q, k, v with equal heads, no mask, no dropout, a head size cuDNN takes,
+    square when causal (torch's causal mask is top-left aligned, as cuDNN's)."""
+    return (q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and attn_mask is None and dropout_p == 0.0
+            and q.dtype in (torch.float16, torch.bfloat16) and k.dtype == q.dtype and v.dtype == q.dtype
+            and q.shape[1] == k.shape[1] == v.shape[1] and q.shape[-1] == k.shape[-1] == v.shape[-1]
+            and q.shape[-1] <= 128 and q.shape[-1] % 8 == 0 and (not is_causal or q.shape[2] == k.shape[2])
+            and all(_api.is_xla_tensor(t) for t in (q, k, v)))
+
+
+def _sdpa_xla(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """F.scaled_dot_product_attention on XLA tensors: one call_jax node whose
+    lowering picks cuDNN's fused attention on a GPU when the call fits, else
+    torch's math decomposition (what runs without this hook)."""
+    if _sdpa_fits_fused(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa):
+        s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        return _run(_sdpa_jax, (q, k, v), {"is_causal": bool(is_causal), "scale": s}, name="sdpa")
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+_SDPA_LIB = []
+
+
+def enable_fused_sdpa():
+    """Route F.scaled_dot_product_attention on XLA tensors through `_sdpa_xla`
+    (registered at the autograd key, above the math decomposition). `import
+    torch_xla` does this when the device is a GPU; the CPU keeps torch's
+    decomposition."""
+    if _SDPA_LIB:
+        return
+    lib = torch.library.Library("aten", "IMPL", "AutogradPrivateUse1")
+    lib.impl("scaled_dot_product_attention", _sdpa_xla)
+    _SDPA_LIB.append(lib)
+
+
+# ---------------------------------------------------------------------------
 # torch.ops.xla registrations (upstream's schemas)
 
 _LIB = []
