@@ -3,11 +3,12 @@
 # jax with its CUDA plugin. Every part is bounded in time; logs go to $OUT (default
 # /tmp/gpu_check) and each part's tail is printed.
 #
-#   bash scripts/gpu_check.sh            # about 4 minutes on one H100/H200
+#   bash scripts/gpu_check.sh            # about 5 minutes on one H100/H200
 #
 # Parts: what the machine has; torch-xla-sanity (a calculation and a few training steps on
 # the XLA device against the CPU); benchmarks/bench_gpt.py's GPU configuration (ours, pure JAX,
-# eager CUDA, inductor); a smoke subset of the tests and the fuzzer's CI seeds with
+# eager CUDA, inductor); benchmarks/bench_attention.py (flash_attention and F.sdpa against
+# torch's CUDA SDPA); a smoke subset of the tests and the fuzzer's CI seeds with
 # PJRT_DEVICE=CUDA (FUZZ_SEEDS: which fuzz seeds, default 0:300).
 set -u
 cd "$(dirname "$0")/.."
@@ -34,6 +35,9 @@ print(torch.cuda.get_device_name(0)); print(jax.devices())'"
 part sanity 90 "${CUDA_ENV[@]}" "$PY" -m torch_xla.utils.sanity --verbose
 
 part bench_gpt 200 "$PY" benchmarks/bench_gpt.py --steps 5
+
+# flash_attention and F.sdpa on the XLA device (cuDNN's fused kernel) against torch's CUDA SDPA
+part bench_attention 120 "${CUDA_ENV[@]}" "$PY" benchmarks/bench_attention.py --steps 10
 
 # Correctness on the GPU: the two run side by side, each with its own CPU workers.
 part tests 130 "${CUDA_ENV[@]}" "$PY" -m pytest -q -rfE -n 6 -p no:cacheprovider \

@@ -32,6 +32,20 @@ def _register_while_loop_hop():
 _api.on_dynamo_import(_register_while_loop_hop)
 
 
+def _fused_sdpa_on_gpu():
+    # on a GPU, F.scaled_dot_product_attention takes cuDNN's fused kernel where it fits
+    try:
+        on_gpu = _api.device_type() in ("CUDA", "GPU")
+    except RuntimeError:   # an unknown PJRT_DEVICE is reported when the device starts
+        on_gpu = False
+    if on_gpu:
+        from .experimental.custom_kernel import enable_fused_sdpa
+        enable_fused_sdpa()
+
+
+_fused_sdpa_on_gpu()
+
+
 def device(index=None):
     """An XLA device of this process. With no index, the default one (`xla:0`
     unless an earlier call named another); `index` picks one of `devices()` and

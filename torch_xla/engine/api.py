@@ -613,6 +613,23 @@ def call_jax(jax_fn, args, kwargs=None, name=None):
     return control_flow.call_jax(jax_fn, args, kwargs, name)
 
 
+def register_op_handler(op, fn):
+    """Make `fn(*args, **kwargs)` the XLA kernel of the custom operator `op`
+    (a torch.ops overload defined outside aten): XLA tensors dispatch in Python,
+    so their kernel is a dispatch handler."""
+    from .ops.registry import HANDLERS
+    HANDLERS[op] = lambda args, kwargs: fn(*args, **kwargs)
+
+
+def lowering_platform():
+    """The JAX platform ('cpu', 'cuda', 'tpu') of the graph whose rules are
+    running now, read by a call_jax function while it is lowered to choose a
+    platform's kernel; None outside a lowering (e.g. while call_jax only
+    evaluates output shapes)."""
+    from .ops.context import ctx
+    return ctx.platform
+
+
 def pure_function(fn_flat, in_avals, seeded=False):
     """Capture fn_flat once at `in_avals`; -> a replayable handle (see apply_pure).
     `seeded`: random ops inside draw from a per-call `rng_seed`."""
