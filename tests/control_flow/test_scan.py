@@ -412,3 +412,20 @@ def test_writing_into_a_closed_over_tensor_is_refused():
 
     with pytest.raises(RuntimeError, match="writes in place into a tensor of shape \\[2\\]"):
         xscan(fn, torch.zeros(2, device=d), torch.zeros(3, 2, device=d))
+
+
+def test_index_op_inside_the_body_then_a_barrier(dev):
+    # an indexing op traces its range check where it runs: inside a body the
+    # check is over the body's inputs and must not reach the step's graph
+    table_cpu = torch.randn(10, 3)
+    table = table_cpu.to(dev)
+
+    def fn(c, x):
+        row = torch.index_select(table, 0, x.reshape(1))[0]
+        return c + row, row.sum()
+
+    c, ys = scan(fn, torch.zeros(3, device=dev), torch.tensor([1, 2, 3, 9], device=dev))
+    torch_xla.sync()
+    rows = table_cpu[[1, 2, 3, 9]]
+    torch.testing.assert_close(c.cpu(), rows.sum(0))
+    torch.testing.assert_close(ys.cpu(), rows.sum(1))
