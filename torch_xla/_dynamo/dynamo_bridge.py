@@ -173,7 +173,12 @@ class CompiledGraph:
             _api.sync(reason="a compiled graph called again before a barrier")
         self.step = _api.full_barriers()
         _metrics.counter("DynamoGraphNode")
-        outs = _api.call_graph(handle, [args[i] for i in positions])
+        tensors = [args[i] for i in positions]
+        outs = _api.call_graph(handle, tensors)
+        if _api.config.read("XLA_SAVE_TENSORS_FILE"):
+            # dumping graphs: each call runs at once and is its own "[dynamo]"
+            # record, as upstream's bridge executes every call
+            _api.sync(list(outs) + tensors, reason="dynamo")
         return self._rebuild(layout, kind, outs)
 
     def _capture(self, args):
