@@ -145,15 +145,19 @@ class CompiledGraph:
     node (it reads a value on the host, runs an op on the CPU, takes a CPU
     tensor) runs through lazy tracing on every call, which is always right.
 
-    A step is the code between two barriers. A graph called a second time with
-    no barrier since starts a new step: the pending graph runs first, so a
-    loop that never calls xm.mark_step() (upstream's compiled training
-    examples) still runs one executable per step."""
+    A graph's calls run at once (as upstream's bridge runs each call) until a
+    barrier after one of its calls has other pending work to run: the graph is
+    then part of a longer step (forward, backward, the optimizer, then
+    xm.mark_step()), and from then on its calls only add their node, so the
+    step is one executable. In that mode, a call with no barrier since the
+    last one starts a new step: the pending one runs first."""
 
     def __init__(self, graph_module):
         self.module = graph_module
         self.steps = {}
         self.step = -1   # the full barrier count at the last call
+        self.work_mark = None   # the count of barriers that ran work, at the last call
+        self.eager = True   # each call runs at once until the graph is seen inside a longer step
 
     def __call__(self, *args):
         sig = _signature(args)
@@ -166,19 +170,26 @@ class CompiledGraph:
         handle, positions, layout, kind = entry
         if config.skip_input_data_check:
             _refuse_pending_inputs(args)
-        if self.step == _api.full_barriers():
+        n_all, n_work = _api.full_barriers()
+        if self.eager and self.work_mark is not None and n_work > self.work_mark:
+            # a barrier after the last call ran other pending work: this graph is
+            # part of a longer step (a training step), which it joins from now on
+            self.eager = False
+        if not self.eager and self.step == n_all:
             # called again with no barrier since: a new step begins, and the
             # pending one runs now (a loop with no xm.mark_step() would
             # otherwise grow one graph over all its steps)
             _api.sync(reason="a compiled graph called again before a barrier")
-        self.step = _api.full_barriers()
         _metrics.counter("DynamoGraphNode")
         tensors = [args[i] for i in positions]
         outs = _api.call_graph(handle, tensors)
-        if _api.config.read("XLA_SAVE_TENSORS_FILE"):
-            # dumping graphs: each call runs at once and is its own "[dynamo]"
-            # record, as upstream's bridge executes every call
-            _api.sync(list(outs) + tensors, reason="dynamo")
+        if self.eager or _api.config.read("XLA_SAVE_TENSORS_FILE"):
+            # a call on its own runs at once, as upstream's bridge runs each call
+            # (and, dumping graphs, each call is its own "[dynamo]" record); a
+            # full barrier, so that lazily traced code around the calls (an
+            # optimizer in a loop with no xm.mark_step()) is no growing chain
+            _api.sync(reason="dynamo")
+        self.step, self.work_mark = _api.full_barriers()
         return self._rebuild(layout, kind, outs)
 
     def _capture(self, args):

@@ -58,8 +58,9 @@ def sync(tensors=None, wait=False, reason="user"):
 
 
 def full_barriers():
-    """How many full barriers (mark_step, sync of every live tensor) have run."""
-    return _executor.full_barriers[0]
+    """(how many full barriers (mark_step, sync of every live tensor) have run,
+    how many of them ran pending work)."""
+    return tuple(_executor.full_barriers)
 
 
 def wait_device_ops():

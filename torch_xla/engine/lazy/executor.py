@@ -25,7 +25,7 @@ from . import device_groups, donation, index_checks, launch, mode, state
 from .state import value_of
 
 step_closures = []
-full_barriers = [0]   # full barriers so far: a step's boundary, for callers that count steps
+full_barriers = [0, 0]   # full barriers so far, and those that ran pending work (step boundaries)
 
 
 def run(root_values, owners=(), donate=False, reason="user", device=0):
@@ -136,6 +136,8 @@ def sync(tensors=None, wait=False, reason="user"):
         if tensors is None:
             full_barriers[0] += 1
             bases, n_refs, n_live = state.take_pending()
+            if bases:
+                full_barriers[1] += 1
             full = True
             views = _live_pending_views(bases)
         else:
