@@ -418,6 +418,6 @@ def test_compiled_training_without_mark_step_runs_each_step_once():
         ref_opt.step()
         ref_losses.append(rl.item())
     assert [v.item() for v in losses] == pytest.approx(ref_losses, rel=1e-4, abs=1e-6)
-    # each call runs at once (as upstream's); nothing accumulates across steps
-    assert all(c[0] <= 3 for c in counts) and counts[3:] == [counts[3]] * 3, counts
-    assert all(c[1] == 0 for c in counts[3:]), counts
+    # each call runs at once, as upstream's: two executables a step (forward,
+    # backward; the lazily traced optimizer runs with the next forward's inputs)
+    assert all(c[0] == 2 for c in counts), counts

@@ -162,14 +162,15 @@ class CompiledGraph:
     def __call__(self, *args):
         sig = _signature(args)
         entry = self.steps.get(sig)
-        if entry is None:
+        known = entry is not None
+        if not known:
             entry = self.steps[sig] = self._capture(args)
         if type(entry) is _Lazy:
             _metrics.counter("DynamoLazyGraph")
             return self.module(*args)
         handle, positions, layout, kind = entry
-        if config.skip_input_data_check:
-            _refuse_pending_inputs(args)
+        if known and config.skip_input_data_check:
+            _refuse_pending_inputs(args)   # upstream checks the calls after the first
         n_all, n_work = _api.full_barriers()
         if self.eager and self.work_mark is not None and n_work > self.work_mark:
             # a barrier after the last call ran other pending work: this graph is
@@ -185,10 +186,9 @@ class CompiledGraph:
         outs = _api.call_graph(handle, tensors)
         if self.eager or _api.config.read("XLA_SAVE_TENSORS_FILE"):
             # a call on its own runs at once, as upstream's bridge runs each call
-            # (and, dumping graphs, each call is its own "[dynamo]" record); a
-            # full barrier, so that lazily traced code around the calls (an
-            # optimizer in a loop with no xm.mark_step()) is no growing chain
-            _api.sync(reason="dynamo")
+            # (and, dumping graphs, each call is its own "[dynamo]" record): its
+            # inputs and outputs are computed, other pending tensors stay pending
+            _api.sync(list(outs) + tensors, reason="dynamo")
         self.step, self.work_mark = _api.full_barriers()
         return self._rebuild(layout, kind, outs)
 

@@ -51,7 +51,8 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             g.donate(i for i, p in enumerate(g.params) if id(p) in writers and p.exclusive)
         # explicit donors (_set_buffer_donation): a full barrier honours them; a
         # partial sync only with alias_with_buffer_donor_config on (as upstream)
-        marked = donation.marked_params(g) if (donate or donation.enabled()) else ()
+        # explicit marks: every barrier, and a compiled call that runs at once (as upstream's)
+        marked = donation.marked_params(g) if (donate or reason == "dynamo" or donation.enabled()) else ()
         if marked:
             g.donate(sorted(set(g.donated) | set(marked)))
         perm = _donor_order(g, writers if writers is not None else _writers(owners)) if g.donated else None
