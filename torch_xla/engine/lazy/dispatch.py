@@ -17,7 +17,7 @@ from ..ops import checks, registry
 from . import fallback, index_checks, state, tracing, views
 from .tensor import XLATensor, _handlers, new_base
 from .tracing import (DeviceMismatch, device_mismatch_error, make_entry, meta_arg, op_info,
-                      walk_args, wrap)
+                      trace_node, walk_args, wrap)
 from .views import assign_result
 
 aten = torch.ops.aten
@@ -178,37 +178,28 @@ def _inplace_handler(func, twin):
             th = _handlers.get(twin)
             if th is None:
                 th = _handlers[twin] = make_handler(twin)
-            lowered = getattr(th, "_lowered", None) if mut == [0] else None
+            # a twin with one tensor result, traced by the plain lowered handler
+            rets = twin._schema.returns
+            one = mut == [0] and len(rets) == 1 and str(rets[0].type) == "Tensor"
+            lowered = getattr(th, "_lowered", None) if one else None
         if len(args) > 1:
             views.check_partial_overlap(args[0], args[1:])
-        if lowered is not None:
+        if lowered is not None and type(args[0]) is XLATensor:
             # the hot case (an optimizer's add_/mul_): the twin's node is traced here and
-            # its value written into self, with no result tensor made in between; any
-            # other outcome (another aval, several outputs) takes the general path below
+            # its value written into self, with no result tensor made in between
             target = args[0]
-            if type(target) is XLATensor:
-                try:
-                    key, ops, hs = walk_args(args, kwargs, lowered)
-                except DeviceMismatch as exc:
-                    raise device_mismatch_error(lowered.name, exc.args[0]) from None
-                e = lowered.memo.get(key)
-                if e is None:
-                    try:
-                        e = lowered.memo[key] = make_entry(lowered, key, args, kwargs)
-                    except NotImplementedError:
-                        _raise_write_error(func, args, kwargs)
-                        raise
-                lowered.traced += 1
-                hs.append(e.hash)
-                node = Node(OP, e, tuple(ops), hash(tuple(hs)))
-                if e.out_struct is None:
-                    if e.out_avals[0] == target._lazy.aval:
-                        views.assign(target, (node, 0))
-                        return target
-                    res = new_base((node, 0), e.out_avals[0])
-                    _check_inplace(func, target, res, args, kwargs, checked)
-                    assign_result(target, res)
-                    return target
+            try:
+                node, e = trace_node(lowered, args, kwargs)
+            except NotImplementedError:
+                _raise_write_error(func, args, kwargs)   # as the general path below
+                raise
+            if e.out_avals[0] == target._lazy.aval:
+                views.assign(target, (node, 0))
+                return target
+            res = new_base((node, 0), e.out_avals[0])
+            _check_inplace(func, target, res, args, kwargs, checked)
+            assign_result(target, res)
+            return target
         try:
             res = twin_h(args, kwargs)
         except NotImplementedError:
