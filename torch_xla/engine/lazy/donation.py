@@ -33,15 +33,15 @@ def _data_node(t, live=True):
     return node if node.kind == ir.DATA and (node.data is not None or not live) else None
 
 
-_requests = []   # a capture's log: [(placeholder data node, should_donate)]
+_requests = [None]   # while a capture logs: [(placeholder data node, should_donate)]
 
 
 def log_requests(on):
     """Start (True) or stop (False; -> the log) recording marks asked of tensors
     with no data (a captured function's placeholders): the caller applies them
     to the real arguments."""
-    out = list(_requests[1:]) if _requests else []
-    _requests[:] = [True] if on else []
+    out = _requests[0] or []
+    _requests[0] = [] if on else None
     return out
 
 
@@ -49,10 +49,11 @@ def set_donation(t, should_donate):
     """Mark (or unmark) t's buffer; False when t holds no buffer (pending IR, a view)."""
     node = _data_node(t)
     if node is None:
-        if _requests:
+        log = _requests[0]
+        if log is not None:
             ph = _data_node(t, live=False)
             if ph is not None and not is_consumed(ph):
-                _requests.append((ph, bool(should_donate)))
+                log.append((ph, bool(should_donate)))
         return False
     if should_donate:
         _marked.add(node)

@@ -501,34 +501,46 @@ def call_jax(jax_fn, args, kwargs=None, name=None):
 _SENTINEL_SEED = 0x5EED5EED5EED
 
 
+def _captured(fn_flat, in_avals, name, seeded, whole=False):
+    """capture(fn_flat); with `seeded` the generator stands at a sentinel seed
+    meanwhile, so the seeds random ops take are known and stay operands of the
+    body; -> (body, the seeds taken, in order)."""
+    if not seeded:
+        return capture(fn_flat, in_avals, name, whole=whole), []
+    saved = rnd.rng.seed
+    rnd.rng.seed = _SENTINEL_SEED
+    pin, taken = _seed_pin(_SENTINEL_SEED)
+    try:
+        return capture(fn_flat, in_avals, name, pin=pin, whole=whole), taken
+    finally:
+        rnd.rng.seed = saved
+
+
+def _body_spec(kind, body):
+    """The function node running body on its inputs, then its externals."""
+    n = len(body.in_avals)
+
+    def fn(*ops):
+        return body.jax_fn()(list(ops[:n]), list(ops[n:]))
+
+    return Spec(kind, body.key, fn, list(body.in_avals) + list(body.ext_avals), body.out_avals)
+
+
 def pure_body(fn_flat, in_avals, name="assume_pure function", seeded=False):
     """Capture fn_flat once; -> a handle for apply_pure. The externals keep the
     values they had at capture (as a jitted function's constants); with
     `seeded`, the seeds random ops took are replaced on each call by the ones a
     generator seeded with the call's `rng_seed` would give."""
-    saved = rnd.rng.seed
-    if seeded:
-        rnd.rng.seed = _SENTINEL_SEED
-    pin, taken = _seed_pin(_SENTINEL_SEED) if seeded else (None, [])
-    try:
-        body = capture(fn_flat, in_avals, name, pin=pin)
-    finally:
-        if seeded:
-            rnd.rng.seed = saved
+    body, taken = _captured(fn_flat, in_avals, name, seeded)
     for t, a in zip(body.ext_tensors, body.ext_avals):
         if t is not None and t.requires_grad:
             raise CaptureError(
                 f"torch_xla: {name} closes over a tensor of shape {list(a[0])} that requires grad; "
                 "pass it as an argument (assume_pure replays the first trace, so closed-over "
                 "tensors are frozen)")
-    n = len(in_avals)
     ext = [ValueArg(v, a) for v, a in zip(body.ext_values, body.ext_avals)]
     seed_slots = _seed_slots(body, taken)
-
-    def fn(*ops):
-        return body.jax_fn()(list(ops[:n]), list(ops[n:]))
-
-    spec = Spec("assume_pure", body.key, fn, list(in_avals) + list(body.ext_avals), body.out_avals)
+    spec = _body_spec("assume_pure", body)
     _release(body)
     return spec, ext, tuple(seed_slots)
 
@@ -554,13 +566,14 @@ def apply_pure(handle, tensors, rng_seed=None):
 class GraphCall:
     """A function captured whole, called as one node per call.
 
-    spec: the node; ext: the trailing operands (tensors from outside, read anew
-    at each call, or fixed values); seed_slots/n_seeds: which operands are the
-    seeds the trace took, and how many it took; n_written: how many inputs the
-    function writes in place (their new values follow the function's outputs,
-    in `written` order); checks: the index checks the body computes (its last
-    outputs), handed to the next barrier at each call."""
-    __slots__ = ("spec", "ext", "seed_slots", "n_seeds", "written", "checks", "donors")
+    pure: the apply_pure handle (the node's spec; its trailing operands: tensors
+    from outside, read anew at each call, or fixed values; which of them are
+    seeds); n_seeds: how many seeds the trace took from the generator;
+    written: the inputs the function writes in place (their new values follow
+    its outputs, in that order); checks: the index checks the body computes
+    (its last outputs), handed to the next barrier at each call; donors:
+    (input, flag) buffer-donor marks the function asked, for the first call."""
+    __slots__ = ("pure", "n_seeds", "written", "checks", "donors")
 
 
 def capture_graph(fn_flat, in_avals, name="compiled graph"):
@@ -570,39 +583,27 @@ def capture_graph(fn_flat, in_avals, name="compiled graph"):
     returns something else than XLA tensors), and RuntimeError when it reads a
     value on the host."""
     written = []
-    donors = []
+    ph_nodes = []
 
     def traced(*phs):
-        before = [p._lazy.value[0] for p in phs]
-        donors[:] = before
+        ph_nodes[:] = [p._lazy.value[0] for p in phs]
         outs = list(fn_flat(*phs))
-        written[:] = [k for k, (p, n) in enumerate(zip(phs, before)) if p._lazy.value[0] is not n]
+        written[:] = [k for k, (p, n) in enumerate(zip(phs, ph_nodes)) if p._lazy.value[0] is not n]
         return outs + [phs[k] for k in written]
 
-    saved = rnd.rng.seed
-    rnd.rng.seed = _SENTINEL_SEED
-    pin, taken = _seed_pin(_SENTINEL_SEED)
     donation.log_requests(True)
     try:
-        body = capture(traced, in_avals, name, pin=pin, whole=True)
+        body, taken = _captured(traced, in_avals, name, seeded=True, whole=True)
     finally:
-        rnd.rng.seed = saved
         asked = donation.log_requests(False)
-    n = len(in_avals)
-
-    def fn(*ops):
-        return body.jax_fn()(list(ops[:n]), list(ops[n:]))
-
     g = GraphCall()
-    g.spec = Spec("compiled_graph", body.key, fn, list(in_avals) + list(body.ext_avals), body.out_avals)
-    g.ext = tuple(body.ext_operands())
-    g.seed_slots = _seed_slots(body, taken)
+    g.pure = (_body_spec("compiled_graph", body), tuple(body.ext_operands()), _seed_slots(body, taken))
     g.n_seeds = len(taken)
     g.written = tuple(written)
     g.checks = body.checks
     # buffer-donor marks the function asked of its inputs (dynamo_set_buffer_donor_):
     # the first call applies them to its arguments, as the lazy trace would have
-    where = {id(nd): k for k, nd in enumerate(donors)}
+    where = {id(nd): k for k, nd in enumerate(ph_nodes)}
     g.donors = [(where[id(nd)], flag) for nd, flag in asked if id(nd) in where]
     _release(body)
     return g
@@ -617,17 +618,10 @@ def call_graph(g, tensors):
         for k, flag in g.donors:
             donation.set_donation(tensors[k], flag)
         g.donors = None
-    ext = g.ext
+    seed = rnd.rng.seed
     if g.n_seeds:
-        ext = list(ext)
-        s = rnd.rng.seed
-        seeds = [s]
-        for _ in range(g.n_seeds - 1):
-            seeds.append(rnd.advance(seeds[-1]))
-        rnd.rng.seed = rnd.advance(seeds[-1])
-        for j, k in g.seed_slots:
-            ext[j] = ValueArg(ir.scalar_value(seeds[k], "int64"), ((), torch.int64))
-    outs = apply(g.spec, list(tensors) + list(ext))
+        rnd.rng.seed = rnd.advance(seed, g.n_seeds)
+    outs = apply_pure(g.pure, tensors, seed)
     if g.checks:
         nc = len(outs) - len(g.checks)
         index_checks.add([value_of(f) for f in outs[nc:]], g.checks)
