@@ -6,19 +6,17 @@ so forward and backward arrive as two FX graphs) calls
 call and then calls what it returns on every later call.
 
 The first call with a new input signature (shapes, dtypes, and the values of
-non-tensor inputs such as symbolic sizes under `mark_dynamic`) runs the FX
-graph once on the XLA tensors through lazy tracing, captures the outputs and
-the inputs it wrote in place as one graph, and compiles it through the compile
-cache. Later calls with that signature skip Python entirely: the inputs'
-device arrays are bound to the graph's parameters, the executable runs, the
-outputs become new tensors and inputs written in place (parameters, buffers,
-optimizer state) get their new values. A signature seen before never
-recompiles.
+non-tensor inputs such as symbolic sizes under `mark_dynamic`) traces the FX
+graph once, on placeholder tensors, into one pure function. Every call then
+adds that function to the lazy graph as one node: no per-op tracing, inputs
+written in place (buffers, optimizer state) get their new values, random ops
+fresh seeds. How a call runs is `CompiledGraph`'s choice: at once, as
+upstream's bridge runs every call, or as part of the step's one executable.
 
-A graph that cannot be replayed (its trace read a value on the host or ran an
-op on the CPU, or an input is a view) runs through lazy tracing on every call,
-which is always correct. Graph breaks need nothing here: Dynamo runs the code
-between compiled graphs as ordinary Python, i.e. lazily.
+A graph that cannot be one node (its trace read a value on the host or ran an
+op on the CPU, or an input is a CPU tensor) runs through lazy tracing on every
+call, which is always correct. Graph breaks need nothing here: Dynamo runs the
+code between compiled graphs as ordinary Python, i.e. lazily.
 """
 import warnings
 
@@ -135,22 +133,15 @@ def _executions():
 class CompiledGraph:
     """The callable torch's backend runs.
 
-    The first call with an input signature traces the FX graph once, on
-    placeholder tensors of the inputs' shapes, into one pure function; from
-    then on each call adds that function to the lazy graph as one node (the
-    inputs it writes in place get their new values, random ops their fresh
-    seeds). Nothing runs here: the step's other code (the optimizer, code
-    between graph breaks, AOTAutograd's write-backs) joins the same graph, and
-    the step is one executable at the next barrier. A graph that cannot be one
-    node (it reads a value on the host, runs an op on the CPU, takes a CPU
-    tensor) runs through lazy tracing on every call, which is always right.
-
-    A graph's calls run at once (as upstream's bridge runs each call) until a
-    barrier after one of its calls has other pending work to run: the graph is
-    then part of a longer step (forward, backward, the optimizer, then
-    xm.mark_step()), and from then on its calls only add their node, so the
-    step is one executable. In that mode, a call with no barrier since the
-    last one starts a new step: the pending one runs first."""
+    Each call adds the graph's node (one per input signature, traced at the
+    first call). The calls run at once (their inputs and outputs are computed,
+    as upstream's bridge runs each call) until a barrier after one of them has
+    other pending work to run: the graph is then part of a longer step
+    (forward, backward, the optimizer, then xm.mark_step()), and from then on
+    its calls only add their node, so the code around them (the optimizer,
+    code between graph breaks, AOTAutograd's write-backs) joins the same graph
+    and the step is one executable. In that mode, a call with no barrier since
+    the last one starts a new step: the pending one runs first."""
 
     def __init__(self, graph_module):
         self.module = graph_module
@@ -188,7 +179,7 @@ class CompiledGraph:
             # a call on its own runs at once, as upstream's bridge runs each call
             # (and, dumping graphs, each call is its own "[dynamo]" record): its
             # inputs and outputs are computed, other pending tensors stay pending
-            _api.sync(list(outs) + tensors, reason="dynamo")
+            _api.sync(list(outs) + tensors, reason="dynamo", donate_marked=True)
         self.step, self.work_mark = _api.full_barriers()
         return self._rebuild(layout, kind, outs)
 

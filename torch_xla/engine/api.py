@@ -52,9 +52,10 @@ def start():
 
 # -- barriers and execution ----------------------------------------------------
 
-def sync(tensors=None, wait=False, reason="user"):
-    """Run pending IR: of `tensors`, or of every live tensor (a full barrier)."""
-    return _executor.sync(tensors, wait=wait, reason=reason)
+def sync(tensors=None, wait=False, reason="user", donate_marked=False):
+    """Run pending IR: of `tensors`, or of every live tensor (a full barrier).
+    donate_marked: a partial sync donates buffers marked as donors too."""
+    return _executor.sync(tensors, wait=wait, reason=reason, donate_marked=donate_marked)
 
 
 def full_barriers():

@@ -28,9 +28,10 @@ step_closures = []
 full_barriers = [0, 0]   # full barriers so far, and those that ran pending work (step boundaries)
 
 
-def run(root_values, owners=(), donate=False, reason="user", device=0):
+def run(root_values, owners=(), donate=False, reason="user", device=0, donate_marked=False):
     """Compute root_values on xla:<device>; -> list of jax.Arrays. `owners` are
-    the Bases whose previous data may be donated (their roots come first).
+    the Bases whose previous data may be donated (their roots come first);
+    donate_marked: buffers marked as donors are donated in a partial run too.
 
     Runs through launch.launch (events, compile, out-of-memory errors); a
     graph inside torch_xla.compile(full_graph=True) is refused first."""
@@ -50,9 +51,9 @@ def run(root_values, owners=(), donate=False, reason="user", device=0):
             writers = _writers(owners)
             g.donate(i for i, p in enumerate(g.params) if id(p) in writers and p.exclusive)
         # explicit donors (_set_buffer_donation): a full barrier honours them; a
-        # partial sync only with alias_with_buffer_donor_config on (as upstream)
-        # explicit marks: every barrier, and a compiled call that runs at once (as upstream's)
-        marked = donation.marked_params(g) if (donate or reason == "dynamo" or donation.enabled()) else ()
+        # partial sync when asked (a compiled call that runs at once, as upstream's)
+        # or with alias_with_buffer_donor_config on (as upstream)
+        marked = donation.marked_params(g) if (donate or donate_marked or donation.enabled()) else ()
         if marked:
             g.donate(sorted(set(g.donated) | set(marked)))
         perm = _donor_order(g, writers if writers is not None else _writers(owners)) if g.donated else None
@@ -129,9 +130,10 @@ def pending_roots(tensors=None):
     return out
 
 
-def sync(tensors=None, wait=False, reason="user"):
+def sync(tensors=None, wait=False, reason="user", donate_marked=False):
     """Execute pending IR: of `tensors` (XLA tensors or Bases), or of every live
-    pending tensor (None: a full barrier); -> the Bases computed."""
+    pending tensor (None: a full barrier); -> the Bases computed.
+    donate_marked: a partial sync donates buffers marked as donors (a full one always does)."""
     index_checks.verify(block=False)   # flags of earlier steps that are ready by now
     with launch.lock:
         if tensors is None:
@@ -156,7 +158,7 @@ def sync(tensors=None, wait=False, reason="user"):
             values = [b.value for b in group]
             vvals = [v.value for v in views]
             outs = run(values + vvals if vvals else values, owners=group, donate=full, reason=reason,
-                       device=group[0].device if device_groups.active else 0)
+                       device=group[0].device if device_groups.active else 0, donate_marked=donate_marked)
             # a tensor another thread (a loader's .to(xla)) wrote meanwhile keeps its value
             t_wrap = time.perf_counter_ns()
             for b, v, arr in zip(group, values, outs):
