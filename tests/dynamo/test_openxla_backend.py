@@ -343,31 +343,37 @@ def _executions_and_compiles():
     return (ex[0] if ex else 0), (co[0] if co else 0)
 
 
+def _sgd_steps(model, step_model, x, y, barrier=None, steps=6):
+    """Six SGD-momentum steps of an MSE loss; -> (loss tensors, (executions,
+    compiles) of each step)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses, counts = [], []
+    for _ in range(steps):
+        before = _executions_and_compiles()
+        opt.zero_grad()
+        loss = F.mse_loss(step_model(x), y)
+        loss.backward()
+        opt.step()
+        if barrier is not None:
+            barrier()
+        after = _executions_and_compiles()
+        counts.append((after[0] - before[0], after[1] - before[1]))
+        losses.append(loss)
+    return losses, counts
+
+
 def test_compiled_training_step_is_one_executable_per_step():
     # forward and backward graphs are nodes of the lazy graph: with the optimizer's
     # update and AOTAutograd's glue they run as one executable per step
-    torch.manual_seed(0)
     dev = torch_xla.device()
-    x, y = torch.randn(16, 16), torch.randn(16, 4)
+    x, y = torch.randn(16, 16).to(dev), torch.randn(16, 4).to(dev)
     runs = {}
     for mode in ("lazy", "dynamo"):
         torch.manual_seed(0)
         model = _mlp().to(dev)
         step_model = torch.compile(model, backend="openxla") if mode == "dynamo" else model
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        xd, yd = x.to(dev), y.to(dev)
-        losses, counts = [], []
-        for _ in range(6):
-            before = _executions_and_compiles()
-            opt.zero_grad()
-            loss = F.mse_loss(step_model(xd), yd)
-            loss.backward()
-            opt.step()
-            xm.mark_step()
-            after = _executions_and_compiles()
-            counts.append((after[0] - before[0], after[1] - before[1]))
-            losses.append(loss.item())
-        runs[mode] = (losses, [p.detach().cpu() for p in model.parameters()], counts)
+        losses, counts = _sgd_steps(model, step_model, x, y, xm.mark_step)
+        runs[mode] = ([v.item() for v in losses], [p.detach().cpu() for p in model.parameters()], counts)
     (lazy, p_lazy, _), (dyn, p_dyn, counts) = runs["lazy"], runs["dynamo"]
     assert dyn == pytest.approx(lazy, rel=1e-6, abs=1e-7)
     for a, b in zip(p_dyn, p_lazy):
@@ -391,33 +397,15 @@ def test_compiled_graph_that_reads_the_host_runs_lazily(dev):
 def test_compiled_training_without_mark_step_runs_each_step_once():
     # upstream's compiled training example has no barrier in its loop: each
     # compiled call runs at once, so no graph grows over the steps
-    torch.manual_seed(0)
     dev = torch_xla.device()
     x, y = torch.randn(16, 16), torch.randn(16, 4)
     torch.manual_seed(0)
     ref = _mlp()
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    ref_losses, _ = _sgd_steps(ref, ref, x, y)
     torch.manual_seed(0)
     model = _mlp().to(dev)
-    compiled = torch.compile(model, backend="openxla")
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    xd, yd = x.to(dev), y.to(dev)
-    losses, ref_losses, counts = [], [], []
-    for _ in range(6):
-        before = _executions_and_compiles()
-        opt.zero_grad()
-        loss = F.mse_loss(compiled(xd), yd)
-        loss.backward()
-        opt.step()
-        after = _executions_and_compiles()
-        counts.append((after[0] - before[0], after[1] - before[1]))
-        losses.append(loss)
-        ref_opt.zero_grad()
-        rl = F.mse_loss(ref(x), y)
-        rl.backward()
-        ref_opt.step()
-        ref_losses.append(rl.item())
-    assert [v.item() for v in losses] == pytest.approx(ref_losses, rel=1e-4, abs=1e-6)
+    losses, counts = _sgd_steps(model, torch.compile(model, backend="openxla"), x.to(dev), y.to(dev))
+    assert [v.item() for v in losses] == pytest.approx([v.item() for v in ref_losses], rel=1e-4, abs=1e-6)
     # each call runs at once, as upstream's: two executables a step (forward,
     # backward; the lazily traced optimizer runs with the next forward's inputs)
     assert all(c[0] == 2 for c in counts), counts
