@@ -394,18 +394,34 @@ def test_compiled_graph_that_reads_the_host_runs_lazily(dev):
     assert _count("DynamoLazyGraph") >= 1, met.counter_names()
 
 
-def test_compiled_training_without_mark_step_runs_each_step_once():
-    # upstream's compiled training example has no barrier in its loop: each
-    # compiled call runs at once, so no graph grows over the steps
+def test_compiled_training_step_without_mark_step_does_not_grow():
+    # upstream's compiled training example: the whole step (forward, backward,
+    # optimizer) under torch.compile, no barrier in the loop. Each compiled call
+    # runs at once, so every step runs the same executables, none compiled anew
     dev = torch_xla.device()
     x, y = torch.randn(16, 16), torch.randn(16, 4)
-    torch.manual_seed(0)
-    ref = _mlp()
-    ref_losses, _ = _sgd_steps(ref, ref, x, y)
-    torch.manual_seed(0)
-    model = _mlp().to(dev)
-    losses, counts = _sgd_steps(model, torch.compile(model, backend="openxla"), x.to(dev), y.to(dev))
-    assert [v.item() for v in losses] == pytest.approx([v.item() for v in ref_losses], rel=1e-4, abs=1e-6)
-    # each call runs at once, as upstream's: two executables a step (forward,
-    # backward; the lazily traced optimizer runs with the next forward's inputs)
-    assert all(c[0] == 2 for c in counts), counts
+
+    def train(model, opt, x, y):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    results = {}
+    for side in ("cpu", "xla"):
+        torch.manual_seed(0)
+        model = _mlp() if side == "cpu" else _mlp().to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        step = train if side == "cpu" else torch.compile(train, backend="openxla")
+        xs, ys = (x, y) if side == "cpu" else (x.to(dev), y.to(dev))
+        losses, counts = [], []
+        for _ in range(6):
+            before = _executions_and_compiles()
+            losses.append(step(model, opt, xs, ys))
+            after = _executions_and_compiles()
+            counts.append((after[0] - before[0], after[1] - before[1]))
+        results[side] = ([v.item() for v in losses], counts)
+    assert results["xla"][0] == pytest.approx(results["cpu"][0], rel=1e-4, abs=1e-6)
+    counts = results["xla"][1]
+    assert counts[3] != (0, 0) and counts[3:] == [(counts[3][0], 0)] * 3, counts

@@ -174,6 +174,12 @@ class CompiledGraph:
             _api.sync(reason="a compiled graph called again before a barrier")
         _metrics.counter("DynamoGraphNode")
         tensors = [args[i] for i in positions]
+        if self.eager:
+            pending = [t for t in tensors if _api.has_pending_ir(t)]
+            if pending:
+                # as upstream's bridge: inputs that are still IR run first, on their own
+                _metrics.counter("DynamoSyncInputExecuteTime")
+                _api.sync(pending, reason="dynamo inputs")
         outs = _api.call_graph(handle, tensors)
         if self.eager or _api.config.read("XLA_SAVE_TENSORS_FILE"):
             # a call on its own runs at once, as upstream's bridge runs each call

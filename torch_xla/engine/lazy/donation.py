@@ -19,6 +19,7 @@ from ..base import metrics
 from ..ir import node as ir
 from ..ops import registry
 from .state import whole_base
+from .tensor import new_base
 
 _marked = weakref.WeakSet()   # data nodes whose buffer may be donated
 _gone = weakref.WeakSet()     # data nodes whose buffer a graph consumed
@@ -61,6 +62,17 @@ def set_donation(t, should_donate):
         _marked.discard(node)
     metrics.counter("XlaSetBufferDonation")
     return True
+
+
+def donor_copy(t):
+    """A new tensor holding a copy of t's buffer, marked as a donor (t keeps its
+    own); None when t holds no buffer."""
+    node = _data_node(t)
+    if node is None:
+        return None
+    copy = new_base((ir.data_node(node.data.copy(), *node.entry), 0), node.entry)
+    _marked.add(copy._lazy.value[0])
+    return copy
 
 
 def get_donation(t):

@@ -572,8 +572,12 @@ class GraphCall:
     written: the inputs the function writes in place (their new values follow
     its outputs, in that order); checks: the index checks the body computes
     (its last outputs), handed to the next barrier at each call; donors:
-    (input, flag) buffer-donor marks the function asked, for the first call."""
-    __slots__ = ("pure", "n_seeds", "written", "checks", "donors")
+    (input, flag) buffer-donor marks the function asked, for the first call;
+    donating: the inputs that came as marked donors at the first call (None
+    before it): later calls donate them too, a copy where the argument is not
+    marked, so its tensor keeps its value and nothing recompiles (Dynamo does
+    not guard the marks)."""
+    __slots__ = ("pure", "n_seeds", "written", "checks", "donors", "donating")
 
 
 def capture_graph(fn_flat, in_avals, name="compiled graph"):
@@ -605,6 +609,7 @@ def capture_graph(fn_flat, in_avals, name="compiled graph"):
     # the first call applies them to its arguments, as the lazy trace would have
     where = {id(nd): k for k, nd in enumerate(ph_nodes)}
     g.donors = [(where[id(nd)], flag) for nd, flag in asked if id(nd) in where]
+    g.donating = None
     _release(body)
     return g
 
@@ -618,10 +623,19 @@ def call_graph(g, tensors):
         for k, flag in g.donors:
             donation.set_donation(tensors[k], flag)
         g.donors = None
+    if g.donating is None:
+        g.donating = tuple(k for k, t in enumerate(tensors) if donation.get_donation(t))
+    operands = tensors
+    for k in g.donating:
+        if not donation.get_donation(tensors[k]):
+            copy = donation.donor_copy(tensors[k])
+            if copy is not None:
+                operands = list(operands) if operands is tensors else operands
+                operands[k] = copy
     seed = rnd.rng.seed
     if g.n_seeds:
         rnd.rng.seed = rnd.advance(seed, g.n_seeds)
-    outs = apply_pure(g.pure, tensors, seed)
+    outs = apply_pure(g.pure, operands, seed)
     if g.checks:
         nc = len(outs) - len(g.checks)
         index_checks.add([value_of(f) for f in outs[nc:]], g.checks)
