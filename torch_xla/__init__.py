@@ -35,7 +35,7 @@ _api.on_dynamo_import(_register_while_loop_hop)
 def _fused_sdpa_on_gpu():
     # on a GPU, F.scaled_dot_product_attention takes cuDNN's fused kernel where it fits
     try:
-        on_gpu = _api.device_type() in ("CUDA", "GPU")
+        on_gpu = _api.device_type() == "CUDA"   # PJRT_DEVICE=GPU reads as CUDA
     except RuntimeError:   # an unknown PJRT_DEVICE is reported when the device starts
         on_gpu = False
     if on_gpu:
