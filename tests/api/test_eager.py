@@ -77,6 +77,21 @@ def test_compile_inside_eager_is_one_graph(dev):
     assert torch.allclose(out.cpu(), (a.cpu() @ a.cpu()).relu().sum(), atol=1e-4)
 
 
+def test_torch_compile_inside_eager_is_one_graph(dev):
+    # the compiled graph is traced lazily (its placeholders hold no data) and runs
+    # as one execution, not op by op
+    a = torch.randn(4, 4).to(dev)
+    f = torch.compile(lambda t: torch.cos(torch.sin(t)) * 2, backend="openxla")
+    with exp.eager_mode_context(True):
+        met.clear_all()
+        out = f(a)
+        xm.wait_device_ops()
+    assert met.metric_data("ExecuteTime")[0] == 1
+    assert "EagerOpExecuteTime" not in met.metric_names()
+    assert (met.counter_value("DynamoLazyGraph") or 0) == 0
+    assert torch.allclose(out.cpu(), torch.cos(torch.sin(a.cpu())) * 2, atol=1e-5)
+
+
 def test_full_graph_raises_on_item(dev):
     a = torch.randn(4, 4).to(dev)
 

@@ -32,7 +32,7 @@ from ..base.dtypes import JAX_TO_TORCH, to_jax
 from ..ir import node as ir
 from ..ir.graph import Graph
 from ..ops.context import LoweringContext, ctx
-from . import index_checks, state
+from . import index_checks, mode, state
 from .state import value_of
 from .tensor import XLATensor, new_base
 from .tracing import ValueArg
@@ -254,6 +254,8 @@ def capture(fn, in_avals, name="body", pin=None, whole=False):
     # the body's own autograd graph is never run (its gradient is a jax.vjp):
     # saving nothing for it keeps its tensors from outliving the trace
     _active.append(rec)
+    # placeholders hold no data: the trace is lazy even in eager mode
+    lazy_before, mode.state.lazy_region = mode.state.lazy_region, True
     try:
         with rec, torch.autograd.graph.saved_tensors_hooks(_drop, _never):
             outs = fn(*phs)
@@ -261,6 +263,7 @@ def capture(fn, in_avals, name="body", pin=None, whole=False):
         index_checks.take_since(checks_at)   # flags over placeholders must not reach a barrier
         raise
     finally:
+        mode.state.lazy_region = lazy_before
         _active.pop()
     outs = list(outs)
     for k in range(len(outs)):
