@@ -343,22 +343,28 @@ def _executions_and_compiles():
     return (ex[0] if ex else 0), (co[0] if co else 0)
 
 
-def _sgd_steps(model, step_model, x, y, barrier=None, steps=6):
-    """Six SGD-momentum steps of an MSE loss; -> (loss tensors, (executions,
-    compiles) of each step)."""
+def _sgd_step(forward, opt, x, y):
+    opt.zero_grad()
+    loss = F.mse_loss(forward(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def _sgd_steps(model, x, y, forward=None, step=_sgd_step, barrier=None, steps=6):
+    """Six SGD-momentum steps of an MSE loss, each `step(forward, opt, x, y)`
+    (forward: the model unless given); -> (loss tensors, (executions, compiles)
+    of each step)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    forward = model if forward is None else forward
     losses, counts = [], []
     for _ in range(steps):
         before = _executions_and_compiles()
-        opt.zero_grad()
-        loss = F.mse_loss(step_model(x), y)
-        loss.backward()
-        opt.step()
+        losses.append(step(forward, opt, x, y))
         if barrier is not None:
             barrier()
         after = _executions_and_compiles()
         counts.append((after[0] - before[0], after[1] - before[1]))
-        losses.append(loss)
     return losses, counts
 
 
@@ -371,8 +377,8 @@ def test_compiled_training_step_is_one_executable_per_step():
     for mode in ("lazy", "dynamo"):
         torch.manual_seed(0)
         model = _mlp().to(dev)
-        step_model = torch.compile(model, backend="openxla") if mode == "dynamo" else model
-        losses, counts = _sgd_steps(model, step_model, x, y, xm.mark_step)
+        forward = torch.compile(model, backend="openxla") if mode == "dynamo" else model
+        losses, counts = _sgd_steps(model, x, y, forward, barrier=xm.mark_step)
         runs[mode] = ([v.item() for v in losses], [p.detach().cpu() for p in model.parameters()], counts)
     (lazy, p_lazy, _), (dyn, p_dyn, counts) = runs["lazy"], runs["dynamo"]
     assert dyn == pytest.approx(lazy, rel=1e-6, abs=1e-7)
@@ -400,28 +406,10 @@ def test_compiled_training_step_without_mark_step_does_not_grow():
     # runs at once, so every step runs the same executables, none compiled anew
     dev = torch_xla.device()
     x, y = torch.randn(16, 16), torch.randn(16, 4)
-
-    def train(model, opt, x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    results = {}
-    for side in ("cpu", "xla"):
-        torch.manual_seed(0)
-        model = _mlp() if side == "cpu" else _mlp().to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        step = train if side == "cpu" else torch.compile(train, backend="openxla")
-        xs, ys = (x, y) if side == "cpu" else (x.to(dev), y.to(dev))
-        losses, counts = [], []
-        for _ in range(6):
-            before = _executions_and_compiles()
-            losses.append(step(model, opt, xs, ys))
-            after = _executions_and_compiles()
-            counts.append((after[0] - before[0], after[1] - before[1]))
-        results[side] = ([v.item() for v in losses], counts)
-    assert results["xla"][0] == pytest.approx(results["cpu"][0], rel=1e-4, abs=1e-6)
-    counts = results["xla"][1]
+    torch.manual_seed(0)
+    cpu_losses, _ = _sgd_steps(_mlp(), x, y)
+    torch.manual_seed(0)
+    losses, counts = _sgd_steps(_mlp().to(dev), x.to(dev), y.to(dev),
+                                step=torch.compile(_sgd_step, backend="openxla"))
+    assert [v.item() for v in losses] == pytest.approx([v.item() for v in cpu_losses], rel=1e-4, abs=1e-6)
     assert counts[3] != (0, 0) and counts[3:] == [(counts[3][0], 0)] * 3, counts
