@@ -274,8 +274,8 @@ def _init_computation_client():
 
 def _get_xla_sharding_spec(t):
     """t's sharding in upstream's text ('{devices=[4,1]0,1,2,3}', '{replicated}', ...),
-    '' when t is not sharded."""
-    return _api.sharding_spec_string(t)
+    '' when t is not sharded. An XLAShardedTensor answers for its global tensor."""
+    return _api.sharding_spec_string(getattr(t, "global_tensor", t))
 
 
 def _get_xla_sharding_type(t):

@@ -280,3 +280,41 @@ def test_real_devices_name_the_platform():
     import torch_xla.core.xla_model as xm
     for name in torch_xla._XLAC._xla_real_devices(xm.get_xla_supported_devices()):
         assert re.fullmatch(r"[A-Z]+:\d+", name), name
+
+
+# -- upstream's TF_CPP_VMODULE troubleshooting switches -------------------------
+
+def test_tf_cpp_vmodule_logs_each_graph_execution_compile_and_transfer():
+    code = TRAIN.format(steps=3, bs=4)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "xla_graph_executor=5,pjrt_computation_client=3"}
+    err = _run(code, env=env).stderr
+    execs = re.findall(r"xla_graph_executor\.cpp\] Executing IR graph hash ([0-9a-f]{32}) on device CPU:0",
+                       err)
+    compiles = re.findall(r"xla_graph_executor\.cpp\] Compiling IR graph hash ([0-9a-f]{32}) .* done!", err)
+    assert len(execs) >= 3, err[-3000:]                 # one line per step's graph at least
+    assert compiles and set(compiles) <= set(execs)     # what compiled is what ran
+    assert "Cached computation (hash: " in err            # level 5: cache hits of later steps
+    assert re.search(r"TensorsGraphSize=\d+", err)
+    assert re.search(r"pjrt_computation_client\.cpp\] Transfer to CPU:0: float32\[4, 8\], 128 bytes", err)
+    assert "pjrt_computation_client.cpp] Returning " in err
+
+
+def test_tf_cpp_vmodule_levels_and_min_log_level():
+    code = TRAIN.format(steps=2, bs=4)
+    # level 3 of the executor: compiles and executions, no level-5 lines, no transfers
+    err = _run(code, env={"TF_CPP_VMODULE": "xla_graph_executor=3"}).stderr
+    assert "Executing IR graph hash" in err and "TensorsGraphSize" not in err and "Transfer to" not in err
+    # the user's TF_CPP_MIN_LOG_LEVEL=1 silences INFO lines, as upstream's logging does
+    err = _run(code, env={"TF_CPP_MIN_LOG_LEVEL": "1", "TF_CPP_VMODULE": "xla_graph_executor=5"}).stderr
+    assert "xla_graph_executor.cpp]" not in err
+
+
+def test_vmodule_parsing():
+    from torch_xla.engine.observe import vlog
+    assert vlog.parse("xla_graph_executor=5,pjrt_computation_client=3") == {
+        "xla_graph_executor": 5, "pjrt_computation_client": 3}
+    assert vlog.parse("xla_*=2", max_level=1) == {"xla_graph_executor": 2, "pjrt_computation_client": 1}
+    assert vlog.parse("other=4") == {}
+    import pytest
+    with pytest.raises(ValueError, match="TF_CPP_VMODULE"):
+        vlog.parse("xla_graph_executor=five")

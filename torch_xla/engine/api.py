@@ -21,6 +21,7 @@ from .lazy.handlers import random as _random
 from .observe import debug as _debug
 from .observe import spmd_report as _spmd_report
 from .observe import graph_dump as _dump
+from .observe import vlog as _vlog
 from .ops import collectives as collective_ops  # noqa: F401  (the collective op descriptors)
 from .runtime import distributed  # noqa: F401  (joining a multi-process job)
 from .runtime import topology  # noqa: F401
@@ -43,6 +44,7 @@ def start():
     from .compile import spmd  # noqa: F401  (the SPMD strategy)
     _debug.install()
     _spmd_report.install()
+    _vlog.install()
     from .lazy import donation
     donation.register_op()
     _persistent.from_env()

@@ -32,7 +32,7 @@ class SpmdFullyShardedDataParallel(nn.Module):
     forward output (default: the first tensor's batch dimension over 'fsdp',
     and over `extra_data_axis` too when given)."""
 
-    def __init__(self, module, *, mesh=None, shard_output=None, auto_wrap_policy=None,
+    def __init__(self, module, mesh=None, shard_output=None, auto_wrap_policy=None,
                  auto_wrapper_callable=None, extra_data_axis=None):
         if isinstance(module, SpmdFullyShardedDataParallel):
             raise RuntimeError("Cannot wrap a module that is already wrapped with FSDP")

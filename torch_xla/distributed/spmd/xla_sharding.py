@@ -159,7 +159,7 @@ class HybridMesh(Mesh):
     (`ici_mesh_shape`); the logical mesh is their element-wise product. On one
     host (or CPU) the devices are laid out in id order."""
 
-    def __init__(self, *, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None):
+    def __init__(self, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None):
         ici_mesh_shape = tuple(ici_mesh_shape)
         if dcn_mesh_shape is None:
             dcn_mesh_shape = (1,) * len(ici_mesh_shape)

@@ -294,6 +294,12 @@ _group(
     Knob("XLA_METRICS_SAMPLES", INT, 1024, IMPORT, "samples kept per metric"),
     Knob("XLA_METRICS_PERCENTILES", STR, "0.01:0.05:0.1:0.2:0.5:0.8:0.9:0.95:0.99", LIVE,
          "the percentiles of the metrics report, colon-separated, each in (0, 1)"),
+    Knob("TF_CPP_VMODULE", STR, "", IMPORT,
+         "upstream's C++ log modules and levels, e.g. xla_graph_executor=5,pjrt_computation_client=3: "
+         "compiles, executions, syncs and transfers are logged to stderr at upstream's levels"),
+    Knob("TF_CPP_MAX_VLOG_LEVEL", INT, 0, IMPORT, "the TF_CPP_VMODULE level of every module it does not name"),
+    Knob("TF_CPP_MIN_LOG_LEVEL", INT, 0, IMPORT,
+         "as set by the user: 1 or more silences the TF_CPP_VMODULE lines (JAX's own default applies to XLA)"),
     Knob("XLA_SPMD_DEBUG", FLAG, False, IMPORT, "print the SPMD analysis after each sharded compile"),
     Knob("XLA_SPMD_DEBUG_GATHER_BYTES", INT, 1 << 20, LIVE,
          "the SPMD analysis warns of a weight all-gathered whole when it is this large (bytes)"),
@@ -524,6 +530,14 @@ def markdown():
 # the backend starts (jax_env_during_start).
 _JAX_ENV = ("TF_CPP_MIN_LOG_LEVEL", "TPU_SKIP_MDS_QUERY")
 _jax_env = None if "jax" in sys.modules else {k: os.environ.get(k) for k in _JAX_ENV}
+
+
+def user_min_log_level():
+    """TF_CPP_MIN_LOG_LEVEL as the user set it (JAX writes its own default when imported)."""
+    if _jax_env is not None:
+        text = _jax_env["TF_CPP_MIN_LOG_LEVEL"]
+        return KNOBS["TF_CPP_MIN_LOG_LEVEL"].parse(text) if text and text.strip() else 0
+    return read("TF_CPP_MIN_LOG_LEVEL")
 
 
 def restore_jax_env():

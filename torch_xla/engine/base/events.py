@@ -7,7 +7,8 @@
 Kinds the executor emits (see lazy/executor.py): `captured` (a graph is about
 to be compiled or run), `compile_begin`, `compiled`, `executed`, `failed`
 (stage, error: a subscriber may return a note to attach to the error),
-`barrier` (after a full sync). The runtime emits `job_started` once a
+`barrier` (after a full sync); lazy/transfers.py emits `transferred` (direction,
+shape, dtype, nbytes, devices) for each host<->device copy. The runtime emits `job_started` once a
 multi-process job is joined. Subscribers run synchronously in the emitting
 thread, in subscription order.
 """

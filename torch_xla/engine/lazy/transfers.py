@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import torch
 
-from ..base import metrics, profiling
+from ..base import events, metrics, profiling
 from ..base.dtypes import numpy_to_torch, storage_array, torch_to_numpy
 from ..ir import node as ir
 from ..ops.op import fill_args
@@ -34,6 +34,9 @@ def upload_array(cpu, device_index=None):
     metrics.metric("TransferToDeviceTime", took)
     metrics.metric("TensorToData", took)   # upstream: a CPU tensor made device data
     metrics.metric("OutboundData", arr.nbytes, kind="bytes")
+    if events.wanted("transferred"):
+        events.emit("transferred", direction="to_device", shape=tuple(cpu.shape), dtype=cpu.dtype,
+                    nbytes=arr.nbytes, devices=(dev,))
     return out
 
 
@@ -107,6 +110,9 @@ def _host_value(arr, dtype):
     out = numpy_to_torch(host, dtype)
     metrics.metric("TransferFromDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("InboundData", host.nbytes, kind="bytes")
+    if events.wanted("transferred"):
+        events.emit("transferred", direction="from_device", shape=tuple(out.shape), dtype=dtype,
+                    nbytes=host.nbytes, devices=tuple(arr.sharding.device_set))
     return out
 
 
