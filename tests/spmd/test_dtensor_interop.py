@@ -93,10 +93,8 @@ def case_mesh_order_2d():
 
 
 def case_permuted_mesh_compute():
-    """A graph over tensors laid out on a mesh whose device order is not 0..N-1
-    (expected to fail: the SPMD compile strategy gives unsharded operands a
-    replicated sharding over devices 0..N-1, and jax.jit refuses two device
-    orders in one computation)."""
+    """A graph over tensors laid out on a mesh whose device order is not 0..N-1,
+    mixed with a scalar that is not sharded: the program takes the mesh's order."""
     import torch
     from torch.distributed.tensor import DeviceMesh, Shard, distribute_tensor
     mesh = DeviceMesh("xla", torch.tensor([[3, 1], [2, 0]]))
@@ -310,10 +308,7 @@ def results():
     return json.loads(lines[-1][len("RESULTS "):])
 
 
-_XFAIL = {
-    "case_permuted_mesh_compute": "engine: compile/spmd.py replicates unsharded operands over devices "
-                                  "0..N-1, which jax.jit refuses beside a mesh of another device order",
-}
+_XFAIL = {}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=_XFAIL[c]))

@@ -23,27 +23,58 @@ from .compiler import LocalJit, _compile, register_strategy
 
 class SpmdJit(LocalJit):
     """jax.jit over the SPMD devices: inputs keep their shardings (scalar pools
-    and anything on one device are replicated), outputs are left to XLA."""
+    and anything on one device are replicated), outputs are left to XLA.
 
-    def in_shardings(self, inputs):
-        rep = topology.replicated()
-        devs = set(topology.spmd_mesh().devices.flat)
+    jax.jit takes one device order per program, and a user's mesh may list the
+    devices in any order: the program is laid over the mesh of its first
+    multi-device input (else of its first sharding constraint, else the devices
+    in their own order), and every other layout in it is expressed over that
+    mesh (topology.on_mesh); an input laid out otherwise is moved at the call."""
+
+    def mesh(self, graph, inputs):
+        for x in inputs:
+            s = getattr(x, "sharding", None)
+            if s is not None and len(s.device_set) > 1:
+                m = topology.mesh_of(s)
+                if m is not None:
+                    return m
+                break
+        for n in graph.order:
+            if n.entry.name == "sharding_constraint":
+                m = topology.mesh_of(n.entry.kwtemplate["sharding"])
+                if m is not None:
+                    return m
+                break
+        return topology.spmd_mesh()
+
+    def in_shardings(self, inputs, mesh):
+        from jax.sharding import NamedSharding, PartitionSpec
+        rep = topology.replicated() if mesh is topology.spmd_mesh() else NamedSharding(mesh, PartitionSpec())
+        devs = set(mesh.devices.flat)
         out = []
         for x in inputs:
             s = getattr(x, "sharding", None)
             if s is None or len(s.device_set) == 1 or s.device_set != devs:
                 out.append(rep)
             else:
-                out.append(s)
+                out.append(topology.on_mesh(s, mesh, x.ndim))
         return tuple(out)
 
     def compile(self, graph, inputs):  # noqa: A003
         import jax
         if not _sharded(graph, inputs):
             return LocalJit.compile(self, graph, inputs)
-        fn = graph.build_fn(self.context())
-        shardings = self.in_shardings(inputs)
-        compiled = _compile(jax.jit(fn, in_shardings=shardings, donate_argnums=graph.donated).lower(*inputs),
+        mesh = self.mesh(graph, inputs)
+        ctx = self.context()
+        if tuple(mesh.devices.flat) != tuple(topology.spmd_mesh().devices.flat):
+            ctx.mesh = mesh
+        fn = graph.build_fn(ctx)
+        shardings = self.in_shardings(inputs, mesh)
+        # an input laid out over another device order is moved at each call (_Placed)
+        args = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+                if getattr(x, "sharding", s) != s and len(x.sharding.device_set) > 1 else x
+                for x, s in zip(inputs, shardings)]
+        compiled = _compile(jax.jit(fn, in_shardings=shardings, donate_argnums=graph.donated).lower(*args),
                             graph, cpu_rules=False)
         return _Placed(compiled, shardings)
 

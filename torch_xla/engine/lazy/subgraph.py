@@ -134,7 +134,7 @@ class Body:
         the lowering context in force when it is called."""
         roles = self.roles
         c = ctx
-        inner = self.graph.build_fn(LoweringContext(c.platform, c.axis, c.size, None))
+        inner = self.graph.build_fn(LoweringContext(c.platform, c.axis, c.size, None, mesh=c.mesh))
 
         def fn(inputs, externals):
             feed = [inputs[k] if r == "i" else externals[k] for r, k in roles]

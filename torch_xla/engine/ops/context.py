@@ -14,15 +14,17 @@ import threading
 
 class LoweringContext:
     """Per-graph lowering state, handed to Graph.build_fn."""
-    __slots__ = ("platform", "axis", "size", "scope", "dump")
+    __slots__ = ("platform", "axis", "size", "scope", "dump", "mesh")
 
-    def __init__(self, platform=None, axis=None, size=1, scope=None, dump=False):
+    def __init__(self, platform=None, axis=None, size=1, scope=None, dump=False, mesh=None):
         self.platform = platform  # JAX platform name ('cpu', 'cuda', 'tpu'), None: any
         self.axis = axis          # mesh axis collectives reduce over (None: no job program)
         self.size = size          # participants on that axis
         self.scope = scope        # node -> jax.named_scope name, or None
         self.dump = dump          # lowered to be printed, never run: collectives outside a
         #                           job program emit HLO collectives with explicit replica groups
+        self.mesh = mesh          # an SPMD program's jax Mesh: every sharding inside is laid
+        #                           over it (jax.jit takes one device order); None: as made
 
 
 class _Current(threading.local):
@@ -33,6 +35,7 @@ class _Current(threading.local):
     token = None
     scope = None
     dump = False
+    mesh = None
     powers = None   # id -> array: the power results of the graph being lowered (numerics.power)
 
 
@@ -42,13 +45,14 @@ ctx = _Current()
 @contextlib.contextmanager
 def lowering(c):
     """Run rules under LoweringContext `c` (restores the previous one after)."""
-    saved = (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump, ctx.powers)
+    saved = (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump, ctx.powers, ctx.mesh)
     ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope = c.platform, c.axis, c.size, None, c.scope
-    ctx.dump, ctx.powers = c.dump, {}
+    ctx.dump, ctx.powers, ctx.mesh = c.dump, {}, c.mesh
     try:
         yield ctx
     finally:
-        ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump, ctx.powers = saved
+        (ctx.platform, ctx.axis, ctx.size, ctx.token, ctx.scope, ctx.dump, ctx.powers,
+         ctx.mesh) = saved
 
 
 def out_dtype(i=0):

@@ -190,6 +190,27 @@ def replicated():
     return NamedSharding(spmd_mesh(), PartitionSpec())
 
 
+def mesh_of(sharding):
+    """The jax Mesh `sharding` is laid over, or None (not a NamedSharding)."""
+    m = getattr(sharding, "mesh", None)
+    return m if getattr(m, "devices", None) is not None else None
+
+
+def on_mesh(sharding, mesh, ndim):
+    """`sharding` (of a rank-`ndim` value) as a layout over `mesh`. jax.jit takes one
+    device order per program, and a user's meshes may list the devices in other
+    orders: a layout over another order keeps its tiling where the meshes have the
+    same axes (its tiles then sit on other devices), else it becomes replicated;
+    either way the value is the same and XLA reshards as the program needs."""
+    from jax.sharding import NamedSharding, PartitionSpec
+    if tuple(sharding._device_assignment) == tuple(mesh.devices.flat):
+        return sharding
+    m = mesh_of(sharding)
+    if m is not None and m.shape_tuple == mesh.shape_tuple:
+        return NamedSharding(mesh, sharding.spec)
+    return NamedSharding(mesh, PartitionSpec())
+
+
 # Several devices in one process: a process that no launcher started, outside
 # SPMD, addresses every local device as xla:0..xla:N-1 (upstream does so too).
 # `_place[0]` is the index of the device the op being traced works on; the lazy

@@ -16,6 +16,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ...base import events, frames
 from ...ir import node as ir
 from ...ir.graph import Graph
+from ...ops.context import ctx
 from ...ops.op import OpInfo
 from ...ops.registry import handler
 from ...runtime import topology
@@ -43,6 +44,8 @@ def _meta(x, *, sharding):
 
 
 def _lowering(x, *, sharding):
+    if ctx.mesh is not None:
+        sharding = topology.on_mesh(sharding, ctx.mesh, x.ndim)
     return jax.lax.with_sharding_constraint(x, sharding)
 
 
