@@ -321,5 +321,6 @@ def __getattr__(name):
 # (mock.patch("torch_xla.core.xla_model") and `torch_xla.core.xla_model.foo` need it)
 from .core import xla_model as _xla_model  # noqa: E402,F401
 from ._patched_functions import _apply_patches  # noqa: E402
+from ._internal import custom_kernel as _custom_ops  # noqa: E402,F401  (torch.ops.xla.dynamo_mark_sharding)
 
 _apply_patches()
