@@ -205,8 +205,9 @@ def _get_xla_tensor_debug_info(tensor):
         return "Not a XLATensor\n"
     node = _api.value_node(tensor)
     shape_text = _xla_shape_text(tuple(tensor.shape), tensor.dtype)
+    spec = _api.sharding_spec_string(tensor) or "None"
     lines = ["XLATensor {", f"TensorID: {id(tensor)}", "Device: xla:0",
-             f"XLA Shape: {shape_text}", "ShardingSpec: None"]
+             f"XLA Shape: {shape_text}", f"ShardingSpec: {spec}"]
     if _api.is_pending_node(node):
         lines.append(f"IR: [] {_api.op_name(node.entry)}, xla_shape={shape_text}")
     else:

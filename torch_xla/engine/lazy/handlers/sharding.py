@@ -256,10 +256,16 @@ def constrained(t, sharding):
 
 
 def clear(t):
-    """Forget t's annotation; its value becomes replicated on every device."""
+    """Forget t's annotation. Device data goes back to the one device unannotated
+    data is uploaded to (a program that needs it elsewhere replicates it); a
+    pending value is constrained to be replicated."""
     if getattr(t, "_sharding", None) is None and not _is_sharded_data(t):
         return
-    _place(t, topology.replicated(), None)
+    if _base_data(whole_base(t)) is not None:
+        from jax.sharding import SingleDeviceSharding
+        _place(t, SingleDeviceSharding(topology.upload_device()), None)
+    else:
+        _place(t, topology.replicated(), None)
 
 
 def _is_sharded_data(t):
@@ -295,7 +301,10 @@ def spec_string(t):
         return "{manual}"
     s = current_sharding(t)
     if s is None:
-        return ""
+        # an output of a program over every device, laid out replicated by XLA
+        node = _base_data(base_of(t))
+        s = getattr(node.data, "sharding", None) if node is not None else None
+        return "{replicated}" if s is not None and len(s.device_set) > 1 else ""
     return format_sharding(s, t.dim())
 
 
