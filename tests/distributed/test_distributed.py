@@ -121,6 +121,43 @@ def test_single_process_collectives_are_copies():
     assert torch.equal(xr_.grad.cpu(), torch.ones(2, 3))
 
 
+class _WritesFile:
+    """Unpickling this creates a file: the proof that a payload ran code."""
+    path = None
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_mesh_reduce_loads_other_processes_data_as_data_only(monkeypatch, tmp_path):
+    import io
+    import pickle
+    import torch_xla.runtime as xr
+    from torch_xla.distributed import host_exchange
+    flag = tmp_path / "ran"
+    _WritesFile.path = str(flag)
+    forged = pickle.dumps(_WritesFile())   # what another writer to the store could send
+    buf = io.BytesIO()
+    torch.save({"acc": torch.tensor([0.5]), "n": 3, "tag": "x"}, buf)
+    honest = buf.getvalue()
+    monkeypatch.setattr(xr, "world_size", lambda: 2)
+    monkeypatch.setattr(host_exchange, "rendezvous", lambda tag, payload: [honest, honest])
+    got = host_exchange.mesh_reduce("t", {"acc": torch.tensor([0.5]), "n": 3, "tag": "x"}, lambda xs: xs)
+    assert [d["n"] for d in got] == [3, 3] and torch.equal(got[1]["acc"], torch.tensor([0.5]))
+    for payload in (forged, _torch_saved(_WritesFile())):
+        monkeypatch.setattr(host_exchange, "rendezvous", lambda tag, p, payload=payload: [honest, payload])
+        with pytest.raises(RuntimeError, match="ordinal 1 does not load as plain data"):
+            host_exchange.mesh_reduce("t", 1.0, lambda xs: xs)
+        assert not flag.exists()
+
+
+def _torch_saved(obj):
+    import io
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
 def test_runtime_from_environment(monkeypatch):
     import torch_xla
     import torch_xla.core.xla_model as xm

@@ -325,7 +325,9 @@ def check_input_sharding(n):
     rows = xs.ShardingSpec(mesh, ("x", None))
     cpu = torch.arange(8 * n, dtype=torch.float32).reshape(2 * n, 4)
     x, label = xm.send_cpu_data_to_device([cpu, torch.arange(3)], torch_xla.device(), input_sharding=rows)
-    assert spec(x) == "{devices=[%d,1]%s}" % (n, ids(range(n))) and spec(label) == ""
+    # as upstream: a tensor the spec does not fit arrives replicated (one moved with .to() has no spec)
+    assert spec(x) == "{devices=[%d,1]%s}" % (n, ids(range(n))) and spec(label) == "{replicated}"
+    assert spec(torch.arange(3).to("xla")) == ""
     assert torch.equal(x.cpu(), cpu) and label.cpu().tolist() == [0, 1, 2]
     batch = {"x": torch.randn(2 * n, 4), "y": torch.randn(2 * n, 4, 2)}
     loader = pl.MpDeviceLoader([batch], torch_xla.device(),
@@ -334,6 +336,34 @@ def check_input_sharding(n):
     assert spec(got["x"]) == "{devices=[%d,1]%s}" % (n, ids(range(n)))
     assert spec(got["y"]) == "{devices=[1,%d,1]%s}" % (n, ids(range(n)))
     torch.testing.assert_close(got["y"].cpu(), batch["y"])
+    # input_sharding=None (upstream's test_input_sharding_none): every tensor replicated, values whole
+    (plain,) = list(pl.MpDeviceLoader([batch], torch_xla.device(), input_sharding=None))
+    assert spec(plain["x"]) == spec(plain["y"]) == "{replicated}"
+    assert torch.equal(plain["x"].cpu(), batch["x"]) and torch.equal(plain["y"].cpu(), batch["y"])
+    # a step on the loaded batch gives eager PyTorch's numbers
+    w = torch.randn(4, 3)
+    torch.testing.assert_close((plain["x"] @ w.to("xla")).cpu(), batch["x"] @ w, rtol=1e-5, atol=1e-5)
+    # minibatch=True: on one host the per-host batch is the global one, laid out as without it
+    mb = xs.ShardingSpec(mesh, ("x", None), minibatch=True)
+    assert mb.minibatch and "minibatch=True" in repr(mb)
+    data = [(torch.randn(2 * n, 4), torch.arange(2 * n)) for _ in range(3)]
+    got = list(pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=mb))
+    ref = list(pl.MpDeviceLoader(data, torch_xla.device(), input_sharding=rows))
+    for (gx, gl), (rx, rl), (cx, cl) in zip(got, ref, data):
+        assert spec(gx) == spec(rx) == "{devices=[%d,1]%s}" % (n, ids(range(n)))
+        assert spec(gl) == spec(rl) == "{replicated}"
+        assert torch.equal(gx.cpu(), cx) and torch.equal(gl.cpu(), cl)
+        torch.testing.assert_close((gx @ w.to("xla")).sum(0).cpu(), (cx @ w).sum(0), rtol=1e-5, atol=1e-5)
+    x, = xm.send_cpu_data_to_device([data[0][0]], torch_xla.device(), input_sharding=mb)
+    assert spec(x) == "{devices=[%d,1]%s}" % (n, ids(range(n))) and torch.equal(x.cpu(), data[0][0])
+    # a per-host batch that does not divide over this host's devices: upstream's RuntimeError
+    odd = [(torch.zeros(n - 1, 4), torch.zeros(n - 1))]
+    words = ("per-host batch size must be divisible by local runtime device count", "local_runtime_device_count = %d" % n)
+    _raises(lambda: next(iter(pl.MpDeviceLoader(odd, torch_xla.device(), input_sharding=mb))), *words)
+    _raises(lambda: xm.send_cpu_data_to_device(list(odd[0]), torch_xla.device(), input_sharding=mb), *words)
+    # ...while without minibatch the uneven batch is sharded with padding, as upstream
+    (ux, _), = list(pl.MpDeviceLoader(odd, torch_xla.device(), input_sharding=rows))
+    assert spec(ux) == "{devices=[%d,1]%s}" % (n, ids(range(n)))
     for data, error in (([batch], KeyError), ([batch["x"]], ValueError)):
         try:
             list(pl.MpDeviceLoader(data, torch_xla.device(), input_sharding={"x": rows}))

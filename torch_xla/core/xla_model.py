@@ -597,6 +597,15 @@ def send_cpu_data_to_device(datas, device, input_sharding=None):
         datas = [datas]
 
     def convert(ts):
+        if xr.is_spmd():
+            # upstream: by input_sharding where the rank fits (minibatch: this host's rows,
+            # checked for every tensor first), else replicated ('{replicated}')
+            from torch_xla.distributed.spmd import xla_sharding as xs
+            if input_sharding is not None and input_sharding.minibatch:
+                for t in ts:
+                    if input_sharding.can_apply(t):
+                        xs._check_minibatch(t)
+            return [xs._input_to_device(t, lambda c: c.to(device), input_sharding) for t in ts]
         out = [t.to(device) for t in ts]
         if input_sharding is not None:
             for x in out:

@@ -498,6 +498,11 @@ def start(fn, args=(), nprocs=None, daemon=False, start_method="spawn"):
     if port is None and num_hosts <= 1:
         # for torch.distributed's env:// (its TCPStore); jax's coordinator has its own port
         base_env["MASTER_PORT"] = str(distributed_init.free_port(master))
+    if num_hosts <= 1 and not config.is_set("XLA_SHARE_COMPILATION_SECRET"):
+        # signs the executables the replicas share (engine/compile/share.py); it reaches
+        # them through their environment, never the network. Across hosts the user gives one.
+        import secrets
+        base_env["XLA_SHARE_COMPILATION_SECRET"] = secrets.token_hex(32)
     saved = dict(os.environ)
     try:
         for local_rank in range(local):

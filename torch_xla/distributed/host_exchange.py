@@ -103,4 +103,18 @@ def mesh_reduce(tag, data, reduce_fn):
     buf = io.BytesIO()
     torch.save(cpu, buf)
     got = rendezvous(tag, buf.getvalue())
-    return reduce_fn([torch.load(io.BytesIO(b), weights_only=False) for b in got])
+    return reduce_fn([_load_payload(tag, r, b) for r, b in enumerate(got)])
+
+
+def _load_payload(tag, ordinal, data):
+    # the bytes came through the coordinator's store, over the network: loaded as
+    # data only (torch.load's weights_only, upstream's default under torch >= 2.6),
+    # never as an arbitrary pickle that could run code here
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError(
+            f"torch_xla: mesh_reduce {tag!r}: the data of ordinal {ordinal} does not load as plain data "
+            "(torch.load(weights_only=True): tensors, numbers, strings, None and lists, tuples, dicts "
+            f"of them); what travels between processes is never unpickled as code ({type(e).__name__}: "
+            f"{str(e)[:300]})") from None

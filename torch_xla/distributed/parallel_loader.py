@@ -43,6 +43,10 @@ def _upload(cpu, device):
 
 def _to_device(data, device, sharding=None):
     if isinstance(data, torch.Tensor):
+        if data.device.type == "cpu" and _spmd_layout(sharding):
+            # upstream: a ShardingSpec where the rank fits (minibatch: this host's rows), else replicated
+            from .spmd import xla_sharding as xs
+            return xs._input_to_device(data, lambda c: _upload(c, device), sharding)
         t = _upload(data, device)
         if sharding is not None:
             _apply_sharding(t, sharding)
@@ -54,6 +58,14 @@ def _to_device(data, device, sharding=None):
     if isinstance(data, (list, tuple)):
         return type(data)(_to_device(v, device, sharding) for v in data)
     return data
+
+
+def _spmd_layout(sharding):
+    from ..engine import api
+    if not api.topology.spmd_enabled():
+        return False
+    from .spmd import xla_sharding as xs
+    return sharding is None or isinstance(sharding, xs.ShardingSpec)
 
 
 def _batch_to_device(batch, device, input_sharding):
@@ -80,6 +92,24 @@ def _apply_sharding(t, sharding):
         fn(t)
     elif callable(sharding):
         sharding(t)
+
+
+_live = weakref.WeakSet()   # loaders whose threads may still run
+_exit_hook = []
+
+
+def _stop_all_at_exit():
+    """Stop every loader's threads before the interpreter finalizes: a daemon
+    thread caught inside a device transfer then aborts the process."""
+    import time
+    loaders = list(_live)
+    for loader in loaders:
+        loader.close()
+    deadline = time.monotonic() + 10
+    for loader in loaders:
+        for t in loader._threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
 
 
 class PerDeviceQueue:
@@ -163,6 +193,10 @@ class ParallelLoader:
         self._order_lock = threading.Condition()
         self._finished_workers = 0
         self._threads = []
+        if not _exit_hook:
+            import atexit
+            atexit.register(_stop_all_at_exit)
+            _exit_hook.append(True)
         # the threads hold only a weak reference to us, so dropping the loader
         # (a `break` out of the epoch) lets __del__ stop them
         me = weakref.ref(self)
@@ -174,6 +208,7 @@ class ParallelLoader:
                                                   daemon=True, name=f"torch_xla-h2d-{i}"))
         for t in self._threads:
             t.start()
+        _live.add(self)
 
     # -- public ---------------------------------------------------------------
     def per_device_loader(self, device):

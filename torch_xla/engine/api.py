@@ -288,6 +288,12 @@ def upload(cpu, device=None):
                            None if index is None else device_groups.xla_device(index))
 
 
+def storage_numpy(cpu):
+    """The numpy array the device stores for CPU tensor `cpu` (the engine's dtype rules)."""
+    from .lazy import transfers
+    return transfers.storage_array(transfers.torch_to_numpy(cpu.detach().contiguous()), cpu.dtype)
+
+
 def from_device_array(arr, dtype):
     """A base tensor over a jax.Array (DLPack and JAX interop)."""
     from .lazy import tensor

@@ -401,14 +401,18 @@ def apply_backward_optimization_barrier(m):
 
 class ShardingSpec:
     """A mesh and a partition spec, applied to tensors later (MpDeviceLoader's
-    `input_sharding`): `apply(t)` marks t; `can_apply(t)` says whether t's rank fits."""
+    `input_sharding`): `apply(t)` marks t; `can_apply(t)` says whether t's rank fits.
+
+    minibatch=True (upstream's meaning): each host loads its own part of the
+    global batch, so a tensor given to the loader is this host's rows of dim 0,
+    and the global batch has dim 0 times (global devices / this host's devices).
+    That per-host batch must divide over this host's devices (RuntimeError
+    otherwise, as upstream). With one host the per-host batch is the global one."""
 
     def __init__(self, mesh, partition_spec, minibatch=False):
-        if minibatch:
-            raise NotImplementedError("ShardingSpec(minibatch=True) is not supported")
         self.mesh = mesh
         self.partition_spec = tuple(partition_spec)
-        self.minibatch = minibatch
+        self.minibatch = bool(minibatch)
         _translate(mesh, self.partition_spec)
 
     def can_apply(self, t):
@@ -418,7 +422,46 @@ class ShardingSpec:
         mark_sharding(t, self.mesh, self.partition_spec)
 
     def __repr__(self):
-        return f"ShardingSpec(mesh={self.mesh}, partition_spec={self.partition_spec})"
+        mb = ", minibatch=True" if self.minibatch else ""
+        return f"ShardingSpec(mesh={self.mesh}, partition_spec={self.partition_spec}{mb})"
+
+
+def _check_minibatch(cpu):
+    local = xr.addressable_runtime_device_count()
+    if cpu.dim() > 0 and cpu.shape[0] % local != 0:
+        raise RuntimeError(
+            "When minibatch is configured, the per-host batch size must be divisible by local runtime "
+            f"device count. Per host input data shape = {cpu.size()}, local_runtime_device_count = {local}")
+
+
+def _input_to_device(cpu, upload, input_sharding):
+    """A CPU tensor of a loaded batch on the SPMD device, laid out as upstream's
+    send_cpu_data_to_device does: by `input_sharding` (a ShardingSpec) where its
+    rank fits, else replicated (its sharding spec reads '{replicated}', where a
+    tensor moved with .to() has none). upload(cpu) -> the XLA tensor."""
+    fits = input_sharding is not None and input_sharding.can_apply(cpu)
+    if fits and input_sharding.minibatch:
+        _check_minibatch(cpu)
+        if xr.process_count() > 1:
+            return _minibatch_global(cpu, input_sharding)
+    t = upload(cpu)
+    if fits:
+        input_sharding.apply(t)
+    else:
+        _api.mark_sharding(t, _api.topology.replicated())
+    return t
+
+
+def _minibatch_global(cpu, spec):
+    """Several hosts: the global batch whose rows on this host's devices are `cpu`."""
+    import jax
+    n_global, n_local = xr.global_runtime_device_count(), xr.addressable_runtime_device_count()
+    shape = (cpu.shape[0] * n_global // n_local,) + tuple(cpu.shape[1:])
+    sharding = spec.mesh._named_sharding(spec.partition_spec)
+    arr = jax.make_array_from_process_local_data(sharding, _api.storage_numpy(cpu), shape)
+    t = _api.from_device_array(arr, cpu.dtype)
+    _api.mark_sharding(t, sharding)
+    return t
 
 
 # -- nn.Linear through einsum ------------------------------------------------------

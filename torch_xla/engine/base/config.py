@@ -262,6 +262,10 @@ _group(
          "one process of a job compiles each job-wide program, the others load it"),
     Knob("XLA_SHARE_COMPILATION_TIMEOUT", FLOAT, 1800.0, LIVE,
          "seconds to wait for another process's compile before compiling here"),
+    Knob("XLA_SHARE_COMPILATION_SECRET", STR, "", LIVE,
+         "key that signs the executables a job shares (HMAC-SHA256); without it nothing is shared. "
+         "torch_xla.launch / xmp.spawn on one host make one per job; give every process the same "
+         "value yourself under torchrun or across hosts"),
 )
 
 _group(
