@@ -11,7 +11,7 @@ XLAShardedTensor; `clear(t)` forgets it and makes the value replicated again.
 import jax
 import numpy as np
 import torch
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from ...base import events, frames
 from ...ir import node as ir
@@ -262,7 +262,6 @@ def clear(t):
     if getattr(t, "_sharding", None) is None and not _is_sharded_data(t):
         return
     if _base_data(whole_base(t)) is not None:
-        from jax.sharding import SingleDeviceSharding
         _place(t, SingleDeviceSharding(topology.upload_device()), None)
     else:
         _place(t, topology.replicated(), None)
