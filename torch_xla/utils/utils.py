@@ -138,7 +138,7 @@ def as_list(t):
 
 def getenv_as(name, type, defval=None):  # noqa: A002  (upstream's parameter name)
     """os.environ[name] converted with `type` (bool accepts 0/1/true/false), else defval.
-    A variable torch_xla declares (docs/knobs.md) is read through its config, so
+    A variable torch_xla declares (docs/reference/knobs.md) is read through its config, so
     config.override applies to it too."""
     env = _api.config.environ_value(name)
     if env is None:
