@@ -292,7 +292,7 @@ def timed(fn, msg="", printfn=eprint):
 
 
 def parallel_work(num_workers, fn, *args):
-    """[fn(*a) for a in zip(*args)] on a pool of num_workers threads, in order."""
+    """`[fn(*a) for a in zip(*args)]` on a pool of num_workers threads, in order."""
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=num_workers) as pool:
         return list(pool.map(fn, *args))
