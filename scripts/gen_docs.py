@@ -125,7 +125,8 @@ _FILE_LINE = re.compile(r"^(?P<file>\S+)\s+(?P<ok>\d+) of\s+(?P<n>\d+) upstream-
 _OK_OUTCOMES = ("pass",)
 
 
-def read_results(path=RESULTS_TSV):
+def read_results(path=None):
+    path = path or RESULTS_TSV
     rows = []
     with open(path) as f:
         for line in f:
@@ -136,8 +137,9 @@ def read_results(path=RESULTS_TSV):
     return rows
 
 
-def read_summary(path=SUMMARY_TXT):
+def read_summary(path=None):
     """{file: {"detail": counts text, "rc": ..., "seconds": ...}} and the total line."""
+    path = path or SUMMARY_TXT
     files, total = collections.OrderedDict(), None
     if not os.path.exists(path):
         return files, total
@@ -167,8 +169,9 @@ def read_kv(path):
     return out
 
 
-def read_reasons(path=REASONS_TSV):
+def read_reasons(path=None):
     """[(file glob, test id glob, reason)]: the first row whose globs match a case gives its reason."""
+    path = path or REASONS_TSV
     rows = []
     if os.path.exists(path):
         with open(path) as f:
@@ -182,7 +185,8 @@ def read_reasons(path=REASONS_TSV):
     return rows
 
 
-def read_errors(path=ERRORS_TSV):
+def read_errors(path=None):
+    path = path or ERRORS_TSV
     out = {}
     if os.path.exists(path):
         with open(path) as f:
