@@ -103,6 +103,7 @@ def main(argv=None):
         kind, model, k = json.loads(a.point)
         print(json.dumps((point_torch_xla if kind == "torch_xla" else point_jax)(model, k)))
         return 0
+    started = metadata()   # date, load and commit as the run starts
     print("compile time of k training steps in one graph (SGD momentum); ratio = t(k) / (k * t(1))   "
           "target <= 1.3")
     worst = 0.0
@@ -122,7 +123,7 @@ def main(argv=None):
                 print(f"  {m:<6}{kind:<10} k={k}: {r['compile']:7.2f} s   ratio {ratio:4.2f}{extra}", flush=True)
     print(f"worst torch_xla ratio: {worst:.2f}")
     if a.json or a.plot:
-        data = metadata(benchmark="bench_compile", settings={"sizes": a.sizes, "models": a.models},
+        data = dict(started, benchmark="bench_compile", settings={"sizes": a.sizes, "models": a.models},
                         target_ratio=1.3, worst_ratio=worst, points=points)
         if a.json:
             write_json(a.json, data)

@@ -786,6 +786,7 @@ def main():
     trace_reps = 5 if a.quick else a.trace_reps
     reps = 1 if a.quick else 3
 
+    started = metadata()   # date, load and commit as the run starts
     up_versions = upstream_versions(upstream_python()) if upstream_python() else None
     header(up_versions)
     print(f"settings: cached step: best of {reps} timed run(s) of {steps} steps; per-step tracing: "
@@ -816,7 +817,8 @@ def main():
               f"target within 5%: {_mark(abs(growth) <= 5)}")
 
     if a.json or a.plot:
-        data = metadata(
+        data = dict(
+            started,
             benchmark="bench_core",
             versions={"ours": versions_here(),
                       "upstream": up_versions if up_versions and "error" not in up_versions else None},
