@@ -418,8 +418,8 @@ def _core_section(d):
     w("")
     w("Each model trains with SGD momentum; every competitor runs the same model, batch and optimizer. The "
       "cached step is the steady state: steps back to back, one wait at the end, best of "
-      f"{d['settings']['reps']} timed runs of {d['settings']['steps']} steps; the figures are the median over "
-      f"{d['settings']['runs']} such run(s) of the whole benchmark. *torch_xla lazy* traces every step and runs "
+      f"{d['settings']['reps']} timed run(s) of {d['settings']['steps']} steps; the figures are the median over "
+      f"{d['settings']['runs']} run(s) of the whole benchmark. *torch_xla lazy* traces every step and runs "
       "the cached executable; *torch.compile* wraps the model in `torch.compile(backend=\"openxla\")` "
       "(the optimizer step stays lazy).")
     w("")
@@ -428,8 +428,9 @@ def _core_section(d):
       f"torch {ours.get('torch', '?')}" + (f"; upstream torch_xla {up.get('torch_xla')} with torch {up.get('torch')}"
                                             if up else "; upstream not run"))
     w("")
-    w("![Cached training step per model and competitor](../_static/bench_core.png)")
-    w("")
+    if os.path.exists(os.path.join(DOCS, "_static", "bench_core.png")):
+        w("![Cached training step per model and competitor](../_static/bench_core.png)")
+        w("")
     w("Cached training step, ms (lower is better):")
     w("")
     w("| model | " + " | ".join(label for _, label in _CORE_COLUMNS) + " | lazy / JAX | lazy / upstream |")
@@ -499,8 +500,9 @@ def _compile_section(d):
     w("")
     out.extend(_run_lines(d))
     w("")
-    w("![Compile time against graph size](../_static/bench_compile.png)")
-    w("")
+    if os.path.exists(os.path.join(DOCS, "_static", "bench_compile.png")):
+        w("![Compile time against graph size](../_static/bench_compile.png)")
+        w("")
     w("| model | side | steps in the graph | graph nodes | compile, s | ratio |")
     w("| --- | --- | ---: | ---: | ---: | ---: |")
     for p in d["points"]:

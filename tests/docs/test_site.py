@@ -125,7 +125,7 @@ def test_runnable_block(page, line, code, env, tmp_path):
     if code is None:
         pytest.fail(env)    # a malformed marker: env holds the message
     script = tmp_path / f"block_{os.path.basename(page).replace('.', '_')}_{line}.py"
-    script.write_text(code)
+    script.write_text("\n" * (line - 1) + code)   # a traceback's line numbers are the page's
     run_env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
     run_env.update(PJRT_DEVICE="CPU", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
