@@ -20,8 +20,8 @@ extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 
-# data/: inputs of the generated pages; DEBUGGING.md: folded into guides/debugging.md
-exclude_patterns = ["_build", "data", "DEBUGGING.md", "**/.ipynb_checkpoints"]
+# data/: the inputs of the generated pages
+exclude_patterns = ["_build", "data", "**/.ipynb_checkpoints"]
 
 # Markdown: `[text](other.md)` and `[text](other.md#a-heading)` resolve across pages
 myst_heading_anchors = 3
