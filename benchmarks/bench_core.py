@@ -63,6 +63,12 @@ Sections:
 
 Usage:
     [UPSTREAM_PYTHON=/path/to/python] python benchmarks/bench_core.py [--steps N] [--runs N] [--quick]
+        [--json PATH] [--plot PATH.png]
+
+--json PATH writes every run's numbers, their median, the date, the machine, the
+command line and the git commit (docs/data/bench_core.json feeds the
+documentation's benchmark page); --plot PATH.png draws the cached step of each
+competitor per model (matplotlib, imported only then).
 
 --runs N repeats every timed section N times (each run's tables are printed) and
 then prints the per-value median over the runs (ratios are of those medians).
@@ -87,6 +93,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _models import jax_mlp, jax_mnist, jax_resnet18, torch_gpt, torch_mlp, torch_mnist, torch_resnet18  # noqa: E402
+from _report import metadata, pyplot, write_json  # noqa: E402
 from _timing import run_json  # noqa: E402
 
 MODELS = (("mlp", 256, "MLP 4x512, batch 256"),
@@ -768,6 +775,8 @@ def main():
     p.add_argument("--rss-steps", type=int, default=1000)
     p.add_argument("--no-compile", action="store_true", help="skip the compile section (its subprocesses)")
     p.add_argument("--quick", action="store_true", help="few steps, no RSS run")
+    p.add_argument("--json", metavar="PATH", help="write the results (and the run's metadata) as JSON")
+    p.add_argument("--plot", metavar="PATH.png", help="draw the cached step per model and competitor (matplotlib)")
     p.add_argument("--point", help=argparse.SUPPRESS)   # internal: one subprocess measurement
     a = p.parse_args()
     if a.point:
@@ -777,6 +786,7 @@ def main():
     trace_reps = 5 if a.quick else a.trace_reps
     reps = 1 if a.quick else 3
 
+    started = metadata()   # date, load and commit as the run starts
     up_versions = upstream_versions(upstream_python()) if upstream_python() else None
     header(up_versions)
     print(f"settings: cached step: best of {reps} timed run(s) of {steps} steps; per-step tracing: "
@@ -794,15 +804,72 @@ def main():
     if a.runs > 1:
         report(_median_tree(results), f"median of {a.runs} runs")
 
+    rss = None
     if not a.quick:
         samples = bench_rss(a.rss_steps)
         q = max(len(samples) // 4, 1)
         early = statistics.mean(samples[1:1 + q])   # after warm-up
         late = statistics.mean(samples[-q:])
         growth = (late - early) / early * 100
+        rss = {"steps": a.rss_steps, "early_mb": early, "late_mb": late, "peak_mb": max(samples), "growth_pct": growth}
         print(f"\n[memory] RSS over {a.rss_steps} cached MLP steps (sampled every 50): after warm-up "
               f"{early:.0f} MB, last quarter {late:.0f} MB ({growth:+.1f}%), peak {max(samples):.0f} MB   "
               f"target within 5%: {_mark(abs(growth) <= 5)}")
+
+    if a.json or a.plot:
+        data = dict(
+            started,
+            benchmark="bench_core",
+            versions={"ours": versions_here(),
+                      "upstream": up_versions if up_versions and "error" not in up_versions else None},
+            settings={"steps": steps, "trace_reps": trace_reps, "reps": reps, "runs": a.runs, "quick": a.quick},
+            models={k: {"batch": b, "name": n} for k, b, n in MODELS},
+            targets={"trace_us": TARGET_TRACE_US, "step_trace_vs_upstream": TARGET_STEP_TRACE,
+                     "step_vs_jax": TARGET_STEP_JAX, "step_per_op_vs_chain": TARGET_STEP_PER_OP},
+            median=_median_tree(results), runs=results, rss=rss)
+        if a.json:
+            write_json(a.json, data)
+        if a.plot:
+            plot(data, a.plot)
+
+
+COMPETITORS = (("lazy", "torch_xla lazy"), ("compiled", "torch_xla torch.compile"), ("jax", "pure JAX"),
+               ("upstream", "upstream torch_xla 2.9"), ("eager", "eager PyTorch CPU"))
+
+
+def cached_steps(res):
+    """{model: {competitor: seconds per cached step or None}} from one run's (or the median's) numbers."""
+    out = {}
+    for kind, r in res["models"].items():
+        comp = (res.get("compiled") or {}).get(kind, {}).get("ours") or {}
+        out[kind] = {"lazy": r["ours"]["step"], "compiled": comp.get("step"), "jax": r.get("jax"),
+                     "upstream": (r.get("up") or {}).get("step"), "eager": r.get("eager")}
+    return out
+
+
+def plot(data, path):
+    """A grouped bar chart: per model, the cached training step of each competitor (ms, log scale)."""
+    plt = pyplot()
+    steps = cached_steps(data["median"])
+    kinds = list(steps)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(COMPETITORS)
+    for i, (key, label) in enumerate(COMPETITORS):
+        xs = [j + (i - (len(COMPETITORS) - 1) / 2) * width for j in range(len(kinds))]
+        vals = [steps[k][key] * 1e3 if steps[k][key] else 0 for k in kinds]
+        bars = ax.bar(xs, vals, width, label=label)
+        for b, v in zip(bars, vals):
+            if v:
+                ax.annotate(f"{v:.2g}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(kinds)), [data["models"][k]["name"] for k in kinds])
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per training step (log scale)")
+    ax.set_title(f"Cached training step, SGD momentum ({data['machine']['cores']} CPU cores, {data['date'][:10]})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""Write docs/knobs.md from the knob declarations (torch_xla/engine/base/config.py).
+"""Write docs/reference/knobs.md from the knob declarations (torch_xla/engine/base/config.py).
 
-    python scripts/gen_knob_table.py           # rewrite docs/knobs.md
-    python scripts/gen_knob_table.py --check   # exit 1 when docs/knobs.md is stale
+    python scripts/gen_knob_table.py           # rewrite docs/reference/knobs.md
+    python scripts/gen_knob_table.py --check   # exit 1 when docs/reference/knobs.md is stale
 
 config.py imports only the standard library, so it is loaded from its file:
 neither torch nor JAX is needed (nor started) to write the page.
@@ -12,7 +12,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "torch_xla", "engine", "base", "config.py")
-PAGE = os.path.join(ROOT, "docs", "knobs.md")
+PAGE = os.path.join(ROOT, "docs", "reference", "knobs.md")
 
 
 def load_config():

@@ -4,13 +4,15 @@
 # this package (editable) with the extras asked for. A second run that finds
 # everything in place installs nothing.
 #   bash scripts/install.sh            # the package and the examples' needs
-#   bash scripts/install.sh test       # ... and the test suite's
+#   bash scripts/install.sh test       # ... and the test suite's (the docs site's included)
+#   bash scripts/install.sh docs       # the package and what the docs site needs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 EXTRA=${1:-examples}
 case "$EXTRA" in
-  test) MODULES="torch jax sklearn pytest xdist expecttest absl pytorch_lightning transformers accelerate" ;;
+  test) MODULES="torch jax sklearn pytest xdist expecttest absl pytorch_lightning transformers accelerate sphinx myst_parser matplotlib" ;;
+  docs) MODULES="torch jax sphinx myst_parser matplotlib" ;;
   *)    MODULES="torch jax sklearn" ;;
 esac
 # fast check (no imports): every module is findable and torch_xla is this checkout

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""Write docs/op_coverage.md: how the XLA device matches eager CPU over op_db.
+"""Write docs/reference/op_coverage.md: how the XLA device matches eager CPU over op_db.
 
 Runs the same comparisons as tests/ops/test_op_db.py (its `outcomes`: per op,
 the fast-tier keys and the slow-tier keys each traced into one graph), then
 writes overall figures, a table by op and dtype, and the misses with reasons.
 
-    python scripts/op_coverage.py [--out docs/op_coverage.md] [--only NAME ...]
+    python scripts/op_coverage.py [--out docs/reference/op_coverage.md] [--only NAME ...]
 """
 import argparse
 import datetime
@@ -151,7 +151,7 @@ def render(rows, elapsed):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "op_coverage.md"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "reference", "op_coverage.md"))
     ap.add_argument("--only", nargs="*", help="op names to run (default: all)")
     a = ap.parse_args()
     rows, elapsed = run(set(a.only) if a.only else None)

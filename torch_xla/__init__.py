@@ -79,7 +79,7 @@ def real_devices():
 
 
 def launch(fn, args=(), start_method="spawn", debug_single_process=False):
-    """Run fn(global_ordinal, *args) on every device: one process per device.
+    """Run `fn(global_ordinal, *args)` on every device: one process per device.
 
     Under torchrun (or any launcher that sets RANK/WORLD_SIZE) this process is
     already one replica, and fn runs here. debug_single_process runs one replica

@@ -6,7 +6,7 @@ torch_xla/engine/base/config.py, and read through it.
 - undeclared names and malformed values raise;
 - override applies to a knob read at each use, refreshes a knob read once whose
   module allows it, and refuses the other knobs read once;
-- docs/knobs.md is the page the declarations generate.
+- docs/reference/knobs.md is the page the declarations generate.
 """
 import ast
 import os
@@ -319,9 +319,9 @@ def test_a_knob_read_once_still_takes_the_environment_at_import():
 # the docs page
 
 def test_the_docs_page_is_current():
-    with open(os.path.join(ROOT, "docs", "knobs.md")) as f:
+    with open(os.path.join(ROOT, "docs", "reference", "knobs.md")) as f:
         page = f.read()
-    assert page == config.markdown(), "docs/knobs.md is stale: run python scripts/gen_knob_table.py"
+    assert page == config.markdown(), "docs/reference/knobs.md is stale: run python scripts/gen_knob_table.py"
     for name in config.KNOBS:
         assert f"| `{name}` |" in page
 

@@ -5,7 +5,7 @@ KNOWN_MISSES: {(op.name, op.variant_test_name, key): reason}, key in
 these (strict=False); any case not listed here that stops matching fails.
 
 SKIP: cases that are not run at all because they would take the process down
-(or hang); they count as misses in docs/op_coverage.md. (None today: no op_db
+(or hang); they count as misses in docs/reference/op_coverage.md. (None today: no op_db
 case crashes the interpreter.)
 """
 

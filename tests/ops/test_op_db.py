@@ -13,7 +13,7 @@ Tiers: float32 forward + grad is the fast tier (default); float64 / int64 /
 bool forward is marked `slow`. Both run in CI.
 
 scripts/op_coverage.py runs the same cases (`run_case`) and writes
-docs/op_coverage.md.
+docs/reference/op_coverage.md.
 """
 import contextlib
 import math

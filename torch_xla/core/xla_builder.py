@@ -2,10 +2,10 @@
 
 `Op` is one value of a computation under construction: arithmetic, comparisons,
 shape ops, `cast`, `select`, `mkconditional`, `mkwhile`, ... Here an `Op` holds a
-JAX value (a traced array, or a tuple of `Op`s) and each method is the matching
+JAX value (a traced array, or a tuple of `Op` values) and each method is the matching
 `jax.numpy` / `jax.lax` operation, so a computation is an ordinary JAX function.
 `torch_xla.core.xla_op_registry.register(name, fn)` turns such a function of
-`Op`s into a callable on XLA tensors.
+`Op` values into a callable on XLA tensors.
 
 `call_jax(jax_fn, args, kwargs)` runs a JAX function on XLA tensors as one node
 of the lazy graph, differentiable through `jax.vjp`
@@ -338,12 +338,12 @@ class Op:
         return _wrap(out, b)
 
     def mkconditional(self, operands, true_fn, false_fn):
-        """Run true_fn(*operands) when this predicate holds, else false_fn(*operands)."""
+        """Run `true_fn(*operands)` when this predicate holds, else `false_fn(*operands)`."""
         return self.conditional(operands, true_fn, operands, false_fn)
 
     @classmethod
     def mkwhile(cls, operands, condition_fn, body_fn):
-        """While condition_fn(*values) holds, values = body_fn(*values) (a tuple Op)."""
+        """While `condition_fn(*values)` holds, `values = body_fn(*values)` (a tuple Op)."""
         ops = list(operands.v) if isinstance(operands, Op) else list(operands)
         b = next((o._builder for o in ops if isinstance(o, Op)), None)
         init = tuple(_unwrap(o) for o in ops)
@@ -537,7 +537,7 @@ def _call_jax_eagerly(jax_func, args, kwargs=None, name=None, override_hash=None
 
 
 class Computation:
-    """A named computation made by `create_computation`: `fn` of `Op`s, with the
+    """A named computation made by `create_computation`: `fn` of `Op` values, with the
     parameter shapes it was created for."""
 
     def __init__(self, name, fn, shapes, key=None):

@@ -108,7 +108,7 @@ def _async_closures():
 
 
 def add_step_closure(closure, args=(), run_async=False):
-    """Run closure(*args) after the next barrier, in the order added.
+    """Run `closure(*args)` after the next barrier, in the order added.
 
     Closures see materialised tensors; run_async closures run in order on one
     background thread after the barrier, and an exception one of them raised
@@ -344,7 +344,7 @@ def reduce_gradients(optimizer, groups=None, pin_layout=True):
 
 
 def optimizer_step(optimizer, barrier=False, optimizer_args={}, groups=None, pin_layout=True):  # noqa: B006
-    """reduce_gradients, then optimizer.step(**optimizer_args); with barrier, mark_step."""
+    """reduce_gradients, then `optimizer.step(**optimizer_args)`; with barrier, mark_step."""
     reduce_gradients(optimizer, groups=groups)
     loss = optimizer.step(**optimizer_args)
     if barrier:
@@ -377,7 +377,7 @@ def mesh_reduce(tag, data, reduce_fn):
 
 
 def do_on_ordinals(target, data=(), ordinals=(0,)):
-    """Run target(*data) on the given ordinals only, then rendezvous."""
+    """Run `target(*data)` on the given ordinals only, then rendezvous."""
     if get_ordinal() in ordinals:
         target(*data)
     if xr.world_size() > 1:

@@ -48,5 +48,5 @@ class Op:
 
 
 def register(name, opfn):
-    """The callable `Op` running `opfn` (a function of `xla_builder.Op`s)."""
+    """The callable `Op` running `opfn` (a function of `xla_builder.Op` values)."""
     return Op(name, opfn)

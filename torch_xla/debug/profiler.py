@@ -2,7 +2,7 @@
 
 Built on jax.profiler: traces are XSpace protos written as
 <logdir>/plugins/profile/<run>/<host>.xplane.pb, with the host's Python
-annotations (`Trace`, `StepTrace`, `trace_me`) and the XLA executions.
+annotations (`Trace`, `StepTrace`, `trace_me`) and the XLA executions::
 
     xp.start_trace("/tmp/logs")
     for step in range(3):

@@ -31,7 +31,7 @@ class ThreadResult:
 
 
 class DataParallel:
-    """DataParallel(network, device_ids=None, **loader_kwargs); call it with
+    """`DataParallel(network, device_ids=None, **loader_kwargs)`; call it with
     loop_fn(model, device_loader, device, context) to run one epoch."""
 
     def __init__(self, network, device_ids=None, **kwargs):

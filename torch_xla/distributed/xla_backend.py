@@ -11,6 +11,7 @@ are lazy). barrier() is a host rendezvous.
 Sub-groups. Every process runs the step's collectives, so a group's
 collectives run over replica groups that split the whole world: `_mesh`, a
 list of rank lists (upstream's name). dist.new_group(ranks) gives
+
 - every rank: one group; one rank: every rank alone;
 - with pg_options={'xla_pg_options': {'spmd': True}}: the row or column of
   a rectangular mesh that `ranks` is (horizontal: consecutive ranks starting

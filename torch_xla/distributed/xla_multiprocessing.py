@@ -4,10 +4,10 @@ from ._launcher import ReplicaFailed, local_device_count, run_single, start  # n
 
 
 def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn"):
-    """Run fn(global_ordinal, *args) in one process per device of this host.
+    """Run `fn(global_ordinal, *args)` in one process per device of this host.
 
     nprocs=None uses every device (CPU_NUM_DEVICES / GPU_NUM_DEVICES / the TPU
-    chips); nprocs=1 runs fn(0, *args) in this process. The replicas join one
+    chips); nprocs=1 runs `fn(0, *args)` in this process. The replicas join one
     job (jax.distributed, coordinator on MASTER_ADDR, loopback by default). If
     any replica fails, the others are stopped and ReplicaFailed is raised with
     its traceback. Returns None (join=False: the job, whose `processes` are the

@@ -56,7 +56,7 @@ def while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=None):
 
 def fori_loop(lower, upper, body_fun, *input_value):
     """Run `values = body_fun(*values)` for `upper - lower` iterations;
-    -> (remaining iteration count, *final values), as upstream returns it.
+    -> `(remaining iteration count, *final values)`, as upstream returns it.
     `lower`/`upper` are ints or 0-dim XLA tensors."""
     iteri = _device_tensor(upper) - _device_tensor(lower)
 

@@ -2,8 +2,8 @@
 
 `gradient_accumulation(train_step, iterable_tensors, model, *carried_tensors)`
 runs `train_step(*slices, *carried)` once per index of the tensors' first
-dimension, back-propagates `loss / steps` each time (the model's `.grad`s
-accumulate), and returns the summed (scaled) loss and the final carried tensors.
+dimension, back-propagates `loss / steps` each time (the model's `.grad`
+attributes accumulate), and returns the summed (scaled) loss and the final carried tensors.
 
 Here the loop is unrolled into the lazy graph (one XLA graph per call shape), not
 an XLA While loop as upstream builds: same results, a graph that grows with the
@@ -15,7 +15,7 @@ import torch
 
 def gradient_accumulation(train_step: Callable[..., Any], iterable_tensors: Tuple[torch.Tensor, ...],
                           model: torch.nn.Module, *carried_tensors: torch.Tensor):
-    """Returns the accumulated loss, or (loss, *carried_tensors) when there are
+    """Returns the accumulated loss, or `(loss, *carried_tensors)` when there are
     carried tensors; the model's parameters hold the accumulated gradients."""
     if not iterable_tensors:
         raise ValueError("iterable_tensors cannot be empty")

@@ -138,7 +138,7 @@ def as_list(t):
 
 def getenv_as(name, type, defval=None):  # noqa: A002  (upstream's parameter name)
     """os.environ[name] converted with `type` (bool accepts 0/1/true/false), else defval.
-    A variable torch_xla declares (docs/knobs.md) is read through its config, so
+    A variable torch_xla declares (docs/reference/knobs.md) is read through its config, so
     config.override applies to it too."""
     env = _api.config.environ_value(name)
     if env is None:
@@ -292,7 +292,7 @@ def timed(fn, msg="", printfn=eprint):
 
 
 def parallel_work(num_workers, fn, *args):
-    """[fn(*a) for a in zip(*args)] on a pool of num_workers threads, in order."""
+    """`[fn(*a) for a in zip(*args)]` on a pool of num_workers threads, in order."""
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=num_workers) as pool:
         return list(pool.map(fn, *args))

@@ -1,7 +1,7 @@
 """Every environment variable torch_xla reads, declared once.
 
 A `Knob` gives a variable's name, its type, its default, when torch_xla reads
-it and what it means; `KNOBS` is the one table, in the groups docs/knobs.md
+it and what it means; `KNOBS` is the one table, in the groups docs/reference/knobs.md
 shows (that page is generated from here: `python scripts/gen_knob_table.py`).
 No other module of the package reads `os.environ` (tests/engine/test_knobs.py
 checks it); modules that hand an environment to child processes still write it.
@@ -348,7 +348,7 @@ def _unknown(name):
     near = difflib.get_close_matches(str(name), KNOBS, n=1, cutoff=0.6)
     hint = f"; did you mean {near[0]}?" if near else ""
     return UnknownKnob(f"torch_xla: {name!r} is not a declared knob{hint} (every variable torch_xla reads "
-                       "is declared in torch_xla/engine/base/config.py, listed in docs/knobs.md)")
+                       "is declared in torch_xla/engine/base/config.py, listed in docs/reference/knobs.md)")
 
 
 # ---------------------------------------------------------------------------
@@ -491,7 +491,7 @@ def _value_text(v):
 
 
 def markdown():
-    """docs/knobs.md: every knob, grouped as in KNOBS."""
+    """docs/reference/knobs.md: every knob, grouped as in KNOBS."""
     out = [
         "# Knobs: the environment variables torch_xla reads",
         "",
