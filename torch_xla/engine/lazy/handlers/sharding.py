@@ -71,12 +71,28 @@ def _to_shard_lowering(x, *, sharding, local):
     return _identity_shard_map(x, sharding.mesh, sharding.spec, PartitionSpec())
 
 
-def _to_full_meta(x, *, sharding, full):
+def _to_full_meta(x, *, sharding, full, reduce=False):
     return torch.empty(full, dtype=x.dtype, device="meta")
 
 
-def _to_full_lowering(x, *, sharding, full):
-    y = _identity_shard_map(x, sharding.mesh, PartitionSpec(), sharding.spec)
+def _spec_axes(spec):
+    used = set()
+    for p in spec:
+        if p is not None:
+            used.update(p if isinstance(p, tuple) else (p,))
+    return used
+
+
+def _to_full_lowering(x, *, sharding, full, reduce=False):
+    if reduce:
+        # a gradient leaving the region: each device's part is summed over the mesh
+        # axes the sharding replicates over (every device there used the same value)
+        axes = tuple(a for a in sharding.mesh.axis_names if a not in _spec_axes(sharding.spec))
+        body = (lambda v: jax.lax.psum(v, axes)) if axes else (lambda v: v)
+        y = _shard_map(body, mesh=sharding.mesh, in_specs=(PartitionSpec(),), out_specs=sharding.spec,
+                       **_SHARD_MAP_KW)(x)
+    else:
+        y = _identity_shard_map(x, sharding.mesh, PartitionSpec(), sharding.spec)
     if tuple(y.shape) != tuple(full):   # the shards were padded: drop the padding
         y = jax.lax.slice(y, (0,) * len(full), tuple(full))
     return y
@@ -114,11 +130,64 @@ def full_to_shard(t):
     except ValueError:
         raise RuntimeError(f"{what}: shape {list(t.shape)} does not divide evenly over the mesh "
                            f"as {s.spec}; manual regions need even shards") from None
+    if t.requires_grad and torch.is_grad_enabled():
+        return _ToShard.apply(t, s, local)
+    return _to_shard(t, s, local)
+
+
+def _to_shard(t, s, local):
     _watch_manual()
     out, e = trace_node(_TO_SHARD, (t,), {"sharding": s, "local": local})
     r = wrap(out, e)
     r._manual = True
     return r
+
+
+def _to_full(t, s, full, reduce=False):
+    kw = {"sharding": s, "full": full, "reduce": True} if reduce else {"sharding": s, "full": full}
+    out, e = trace_node(_TO_FULL, (t,), kw)
+    r = wrap(out, e)
+    r._sharding = s
+    return r
+
+
+def _replicas(s):
+    """How many devices hold each shard of mesh sharding s (the mesh axes its spec leaves out)."""
+    used = _spec_axes(s.spec)
+    k = 1
+    for name, size in s.mesh.shape.items():
+        if name not in used:
+            k *= size
+    return k
+
+
+# A manual region is differentiable, as shard_map is in JAX: the gradient of
+# leaving it (shards assembled) enters it again, split equally among the devices
+# that hold the same shard; the gradient of entering it (each device's shard)
+# leaves it with the parts of the devices holding the same shard summed.
+class _ToShard(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, s, local):
+        ctx.s, ctx.full = s, tuple(t.shape)
+        return _to_shard(t.detach(), s, local)
+
+    @staticmethod
+    def backward(ctx, g):
+        if not is_manual(g):
+            g = wrap(*_as_manual(g, "backward of _spmd_full_to_shard_shape"))
+        return _to_full(g, ctx.s, ctx.full, reduce=True), None, None
+
+
+class _ToFull(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, s, full):
+        ctx.s, ctx.local = s, tuple(t.shape)
+        return _to_full(t.detach(), s, full)
+
+    @staticmethod
+    def backward(ctx, g):
+        k = _replicas(ctx.s)
+        return _to_shard(g / k if k > 1 else g, ctx.s, ctx.local), None, None
 
 
 def is_manual(t):
@@ -175,10 +244,9 @@ def shard_to_full(t, sharding, full_shape, mark=False):
     if len(local) != len(full) or any(-(-f // k) != d for f, k, d in zip(full, tiles, local)):
         raise RuntimeError(f"{what}: shards of shape {list(local)} tiled {tiles} cannot make "
                            f"a tensor of shape {list(full)}")
-    out, e = trace_node(_TO_FULL, (t,), {"sharding": s, "full": full})
-    r = wrap(out, e)
-    r._sharding = s
-    return r
+    if t.requires_grad and torch.is_grad_enabled():
+        return _ToFull.apply(t, s, full)
+    return _to_full(t, s, full)
 
 
 def manual_roots(graph):
