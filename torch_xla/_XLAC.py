@@ -212,7 +212,11 @@ def _get_xla_tensor_debug_info(tensor):
         lines.append(f"IR: [] {_api.op_name(node.entry)}, xla_shape={shape_text}")
     else:
         lines.append("IR: None")
-    if _api.is_data_node(node) and node.data is not None:
+    devices = getattr(getattr(node.data, "sharding", None), "device_set", ()) if _api.is_data_node(node) else ()
+    if len(devices) > 1:   # one buffer per device: upstream's sharded data
+        lines += ["XLAShardedData: ", "  Data Device: SPMD:0", f"  Data Shape: {shape_text}",
+                  f"  OpSharding: {spec if spec != 'None' else '{replicated}'}", f"  NumShards: {len(devices)}"]
+    elif _api.is_data_node(node) and node.data is not None:
         lines += ["XLAData: ", f"  Data Device: {_xla_get_default_device()}",
                   f"  Data Shape: {shape_text}", f"  Data Handle: {id(node.data)}"]
     elif _api.is_data_node(node):   # a donated buffer, or a placeholder

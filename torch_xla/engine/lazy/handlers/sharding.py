@@ -320,7 +320,9 @@ def annotate(t, sharding):
 def constrained(t, sharding):
     """A new tensor with t's value under a sharding constraint (t is unchanged)."""
     out, e = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
-    return wrap(out, e)
+    r = wrap(out, e)
+    r._sharding = sharding      # its spec, before and after the graph runs
+    return r
 
 
 def clear(t):
