@@ -156,8 +156,10 @@ class Mesh:
 
 class HybridMesh(Mesh):
     """A mesh over slices (`dcn_mesh_shape`) of locally connected devices
-    (`ici_mesh_shape`); the logical mesh is their element-wise product. On one
-    host (or CPU) the devices are laid out in id order."""
+    (`ici_mesh_shape`); the logical mesh is their element-wise product. On TPUs,
+    whose devices report physical coordinates, each slice's devices are arranged
+    along the torus as JAX's mesh_utils does; elsewhere (CPU, GPU) in id order,
+    slice by slice."""
 
     def __init__(self, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None):
         ici_mesh_shape = tuple(ici_mesh_shape)
@@ -169,19 +171,78 @@ class HybridMesh(Mesh):
         self.ici_mesh_shape = ici_mesh_shape
         self.dcn_mesh_shape = dcn_mesh_shape
         mesh_shape = tuple(i * d for i, d in zip(ici_mesh_shape, dcn_mesh_shape))
-        n = int(np.prod(mesh_shape))
-        if int(np.prod(dcn_mesh_shape)) == 1:
-            ids = np.arange(n)
+        attrs = _tpu_device_attributes()
+        if attrs is not None:
+            ids = _physical_hybrid_mesh(attrs, ici_mesh_shape, dcn_mesh_shape).flatten()
         else:
-            # slice-major: each slice's devices are contiguous ids
-            per = int(np.prod(ici_mesh_shape))
-            ids = np.empty(mesh_shape, dtype=np.int64)
-            for s, sidx in enumerate(np.ndindex(*dcn_mesh_shape)):
-                block = np.arange(s * per, (s + 1) * per).reshape(ici_mesh_shape)
-                sl = tuple(slice(a * i, (a + 1) * i) for a, i in zip(sidx, ici_mesh_shape))
-                ids[sl] = block
-            ids = ids.flatten()
+            ids = _slice_major(ici_mesh_shape, dcn_mesh_shape).flatten()
         super().__init__(ids, mesh_shape, axis_names)
+
+
+def _slice_major(ici_mesh_shape, dcn_mesh_shape):
+    """Each slice's devices are contiguous ids, laid out in id order."""
+    per = int(np.prod(ici_mesh_shape))
+    blocks = [np.arange(s * per, (s + 1) * per).reshape(ici_mesh_shape)
+              for s in range(int(np.prod(dcn_mesh_shape)))]
+    return _tile(blocks, dcn_mesh_shape)
+
+
+def _tile(blocks, dcn_mesh_shape):
+    grid = np.empty(dcn_mesh_shape, dtype=object)
+    for i, idx in enumerate(np.ndindex(*dcn_mesh_shape)):
+        grid[idx] = blocks[i]
+    return np.block(grid.tolist())
+
+
+def _tpu_device_attributes():
+    """Every device's attributes sorted by ordinal, when they carry TPU coordinates; else None."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    if xm.xla_device_hw(torch_xla.device()) != "TPU":
+        return None
+    attrs = list(xr.global_runtime_device_attributes())
+    if not attrs or any("coords" not in a for a in attrs):
+        return None
+    return sorted(attrs, key=lambda a: int(str(a["name"]).rsplit(":", 1)[-1]))
+
+
+def _physical_mesh(attrs, devices):
+    """The ordinals `devices` placed at their coordinates (x, y, z)."""
+    coords = [tuple(attrs[d]["coords"]) for d in devices]
+    dims = tuple(max(c[i] for c in coords) + 1 for i in range(3))
+    out = np.empty(dims, dtype=int)
+    for c, d in zip(coords, devices):
+        out[c] = d
+    return out
+
+
+def _torus_mesh(attrs, mesh_shape, devices):
+    physical = _physical_mesh(attrs, devices)
+    try:
+        from jax._src.mesh_utils import _create_device_mesh_for_nd_torus
+    except ImportError:   # a JAX without it: the physical order, reshaped
+        return physical.reshape(mesh_shape)
+    mesh, _ = _create_device_mesh_for_nd_torus(physical, tuple(mesh_shape), allow_split_physical_axes=True)
+    return mesh
+
+
+def _physical_hybrid_mesh(attrs, ici_mesh_shape, dcn_mesh_shape):
+    multislice = "slice_index" in attrs[0]
+    n_slices = int(np.prod(dcn_mesh_shape))
+    if multislice and n_slices == 1:
+        raise ValueError("Provide dcn_mesh_shape to create a mesh for multislice")
+    if not multislice and n_slices > 1:
+        raise ValueError("Invalid dcn_mesh_shape for single slice mesh")
+    if not multislice:
+        return _torus_mesh(attrs, ici_mesh_shape, list(range(len(attrs))))
+    slices = collections.defaultdict(list)
+    for d, a in enumerate(attrs):
+        slices[a["slice_index"]].append(d)
+    if len(slices) != n_slices:
+        raise ValueError(f"Number of slices {len(slices)} must equal the product of "
+                         f"dcn_mesh_shape {dcn_mesh_shape}")
+    blocks = [_torus_mesh(attrs, ici_mesh_shape, slices[k]) for k in sorted(slices)]
+    return _tile(blocks, dcn_mesh_shape)
 
 
 _GLOBAL_MESH = [None]
