@@ -84,10 +84,11 @@ def check_kernel_input(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, nu
                           ("cu_q_lens", cu_q_lens, num_tokens + 1)):
         if a.shape[0] != want:
             raise ValueError(f"{name}.shape[0] must be {want} (from num_tokens). Got {a.shape[0]}")
-    for i in range(num_seqs):
-        q_len = cu_q_lens[i + 1] - cu_q_lens[i]
-        checkify.check(q_len <= kv_lens[i], "cur_q_len must be less or equal to cur_kv_len. Got {} and {}",
-                       q_len, kv_lens[i])
+    # one check for all sequences (it reports the first offending one)
+    q_lens = cu_q_lens[1:num_seqs + 1] - cu_q_lens[:num_seqs]
+    bad = jnp.argmax(q_lens > kv_lens[:num_seqs])
+    checkify.check(jnp.all(q_lens <= kv_lens[:num_seqs]),
+                   "cur_q_len must be less or equal to cur_kv_len. Got {} and {}", q_lens[bad], kv_lens[bad])
     if num_seqs > num_tokens:
         raise ValueError(f"num_seqs must be less or equal to num_tokens. Got {num_seqs} and {num_tokens}")
     if not all(jnp.issubdtype(a.dtype, jnp.integer) for a in (kv_lens, page_indices, cu_q_lens)):
