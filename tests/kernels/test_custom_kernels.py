@@ -3,6 +3,7 @@ eager PyTorch reference written here from the kernel's definition (masks,
 segment ids, causal, sm_scale, page tables, ragged sequences, groups), the
 gradients of flash_attention and gmm, torch.compile, scan, the torch.ops.xla
 registrations and a user's Pallas kernel through the interpreter."""
+import numpy as np
 import pytest
 import torch
 
@@ -314,8 +315,24 @@ def test_gmm_under_torch_compile(dev):
 
 # -- quantized matmul ------------------------------------------------------------
 
+def ref_quantized_matmul(x, w, scale, zero_point=None, block=None, quantize_activation=False):
+    """x @ dequant(w).T with dequant(w)[o, c] = w[o, c] * scale - zero_point, the
+    scale and zero point of c's block ([in / block, out]) or of o alone."""
+    out_f, in_f = w.shape
+    per_col = lambda t: t[:, None].expand(out_f, in_f) if block is None else t.t().repeat_interleave(block, 1)
+    w_deq = w.double() * per_col(scale.double())
+    if zero_point is not None:
+        w_deq = w_deq - per_col(zero_point.double())
+    xd = x.double()
+    if quantize_activation:
+        xs = xd.abs().amax(-1, keepdim=True) / 127
+        xd = torch.round(xd / xs) * xs
+    return (xd @ w_deq.t()).float()
+
+
 @pytest.mark.parametrize("quantize_activation", [False, True])
 def test_quantized_matmul_int8(dev, quantize_activation):
+    torch.manual_seed(0)
     x = torch.randn(4, 16)
     w = torch.randint(-128, 128, (8, 16), dtype=torch.int8)
     scale = torch.rand(8) / 50
@@ -327,8 +344,63 @@ def test_quantized_matmul_int8(dev, quantize_activation):
     else:
         want = (x @ w.float().t()) * scale
     _close(out, want, atol=1e-4)
-    with pytest.raises(NotImplementedError):
-        ck.quantized_matmul_int8(x.to(dev), w.to(dev), scale.to(dev), zero_point=scale.to(dev))
+
+
+@pytest.mark.parametrize("quantize_activation", [False, True])
+@pytest.mark.parametrize("block", [None, 4, "tensor"])
+@pytest.mark.parametrize("with_zero_point", [False, True])
+def test_quantized_matmul_int8_zero_point_and_blocks(dev, quantize_activation, block, with_zero_point):
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 16)                       # leading dims are kept
+    w = torch.randint(-128, 128, (8, 16), dtype=torch.int8)
+    size = None if block is None else 4
+    shape = (8,) if size is None else (16 // size, 8)
+    scale = torch.rand(shape) / 50
+    zp = torch.randn(shape) / 10 if with_zero_point else None
+    qbs = torch.tensor([4], dtype=torch.int32).to(dev) if block == "tensor" else size
+    out = ck.quantized_matmul_int8(x.to(dev), w.to(dev), scale.to(dev), None if zp is None else zp.to(dev), qbs,
+                                   quantize_activation)
+    assert out.shape == (2, 3, 8) and out.dtype == torch.float32
+    _close(out, ref_quantized_matmul(x, w, scale, zp, size, quantize_activation), atol=1e-4)
+    # the upstream op schema takes them too
+    op = torch.ops.xla.quantized_matmul_int8(x.to(dev), w.to(dev), scale.to(dev),
+                                             None if zp is None else zp.to(dev),
+                                             None if size is None else torch.tensor([size], dtype=torch.int32),
+                                             quantize_activation)
+    _close(op, ref_quantized_matmul(x, w, scale, zp, size, quantize_activation), atol=1e-4)
+
+
+def test_quantized_matmul_int8_bf16_and_shape_errors(dev):
+    x = torch.randn(4, 16).to(torch.bfloat16)
+    w = torch.randint(-128, 128, (8, 16), dtype=torch.int8)
+    scale = torch.rand(2, 8) / 50
+    out = ck.quantized_matmul_int8(x.to(dev), w.to(dev), scale.to(dev), quant_block_size=8)
+    assert out.dtype == torch.bfloat16
+    _close(out.float(), ref_quantized_matmul(x.float(), w, scale, block=8), atol=2e-2)
+    with pytest.raises(ValueError):     # block-wise scales without a block size
+        ck.quantized_matmul_int8(x.to(dev), w.to(dev), scale.to(dev))
+    with pytest.raises(ValueError):     # a block size the scales do not match
+        ck.quantized_matmul_int8(x.to(dev), w.to(dev), scale.to(dev), quant_block_size=4)
+    with pytest.raises(ValueError):     # zero points of another shape than the scales
+        ck.quantized_matmul_int8(x.to(dev), w.to(dev), scale.to(dev), torch.zeros(8).to(dev), 8)
+
+
+def test_pallas_kernels_quantized_matmul_jax_level():
+    """The JAX-level function keeps upstream's contract (block sizes required)
+    and runs the same computation."""
+    import jax.numpy as jnp
+    from torch_xla.experimental.pallas_kernels import quantized_matmul_kernel as qk
+    torch.manual_seed(2)
+    x = torch.randn(4, 16)
+    w = torch.randint(-128, 128, (8, 16), dtype=torch.int8)
+    scale, zp = torch.rand(4, 8) / 50, torch.randn(4, 8) / 10
+    got = qk.quantized_matmul_int8(jnp.asarray(x.numpy()), jnp.asarray(w.numpy()), jnp.asarray(scale.numpy()),
+                                   jnp.asarray(zp.numpy()), jnp.asarray([4], jnp.int32), True,
+                                   batch_block_size=128, out_block_size=128, in_block_size=128)
+    _close(torch.from_numpy(np.array(got)), ref_quantized_matmul(x, w, scale, zp, 4, True), atol=1e-4)
+    with pytest.raises(AssertionError):
+        qk.quantized_matmul_int8(jnp.asarray(x.numpy()), jnp.asarray(w.numpy()), jnp.asarray(scale[0].numpy()))
+    assert qk.get_tuned_block_sizes(qk.TUNED_BLOCK_SIZES, 3, 5, 7, "bfloat16", True) == (None, None, None)
 
 
 # -- torch.ops.xla ---------------------------------------------------------------

@@ -14,12 +14,18 @@ compiles for:
   * everywhere else, and whenever a kernel does not fit: an exact JAX reference
     (the same mathematics, masking and layouts), which is what runs on CPU.
 
-The Pallas TPU modules are imported only while lowering for a TPU.
+Each kernel has one table, platform -> builder (`pallas_kernels._registry`):
+builders are registered with `@_registry.register(name, platform=...)`, the
+default entry being the reference, and `_kernel(name)` is the function a node
+runs: it looks up the platform being lowered for (`api.lowering_platform()`)
+and falls back to the reference when the builder returns None (the call does
+not fit it) or cannot be used. The references of the kernels upstream ships in
+`torch_xla.experimental.pallas_kernels` live there, beside their JAX-level
+functions. The Pallas TPU modules are imported only while lowering for a TPU.
 See docs/kernels.md for the user-facing description.
 """
 import functools
 import math
-import warnings
 from typing import Callable, List, Optional
 
 import jax
@@ -29,6 +35,10 @@ import torch
 
 from torch_xla._internal.jax_workarounds import jax_import_guard, requires_jax  # noqa: F401  (upstream re-exports them)
 from torch_xla.engine import api as _api
+from torch_xla.experimental.pallas_kernels import _registry
+from torch_xla.experimental.pallas_kernels import multi_queries_paged_attention_kernel as _mq_kernels
+from torch_xla.experimental.pallas_kernels import quantized_matmul_kernel as _qmm_kernels
+from torch_xla.experimental.pallas_kernels import ragged_paged_attention_v2 as _ragged_kernels
 
 __all__ = [
     "flash_attention", "FlashAttention", "paged_attention", "multi_queries_paged_attention",
@@ -40,7 +50,7 @@ __all__ = [
 
 # a finite "minus infinity": a fully masked row stays finite (uniform), as in the TPU kernels
 DEFAULT_MASK_VALUE = -0.7 * float(torch.finfo(torch.float32).max)
-_GPU_PLATFORMS = ("cuda", "gpu", "rocm")
+_GPU_PLATFORMS = _registry.GPU_PLATFORMS
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -128,20 +138,18 @@ def _run(fn, args, kwargs=None, name=None):
     return jax.tree_util.tree_map(back, out)
 
 
-def _platform():
-    """The platform being lowered for (None while only shapes are evaluated)."""
-    return _api.lowering_platform()
-
-
-def _tpu_kernel(build, *args, **kwargs):
-    """build(*args, **kwargs) -> the TPU kernel's result, or None when this JAX
-    lacks the kernel or the shapes do not fit it (the caller falls back)."""
-    try:
-        return build(*args, **kwargs)
-    except (ImportError, AttributeError, NotImplementedError, ValueError) as e:
-        warnings.warn(f"torch_xla custom_kernel: the Pallas TPU kernel is not used ({e}); "
-                      "running the XLA reference")
-        return None
+@functools.lru_cache(maxsize=None)
+def _kernel(name, platform_kernels=True):
+    """The JAX function a node of kernel `name` runs: the builder its table
+    has for the platform being lowered for (None while only shapes are
+    evaluated: the reference), else the reference. Without
+    `platform_kernels`, always the reference. One function object per kernel,
+    so call_jax's compilation cache keeps it."""
+    def run(*args, **kwargs):
+        platform = _api.lowering_platform() if platform_kernels else None
+        return _registry.call(name, platform, *args, **kwargs)
+    run.__name__ = run.__qualname__ = name
+    return run
 
 
 def _block(n, cap, unit=128):
@@ -155,6 +163,7 @@ def _block(n, cap, unit=128):
 # ---------------------------------------------------------------------------
 # flash attention
 
+@_registry.register("flash_attention")
 def _attention_reference(q, k, v, ab, q_seg, kv_seg, causal, sm_scale, mask_value=DEFAULT_MASK_VALUE):
     """softmax((q k^T + ab) * sm_scale, masked) v, accumulated in float32.
     q: [..., Lq, D], k/v: [..., Lk, D]; segment ids [B, L] (4-d q)."""
@@ -178,6 +187,7 @@ def _attention_reference(q, k, v, ab, q_seg, kv_seg, causal, sm_scale, mask_valu
     return out.astype(q.dtype)
 
 
+@_registry.register("flash_attention", platform="tpu")
 def _flash_tpu(q, k, v, ab, q_seg, kv_seg, causal, sm_scale):
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
     if q.ndim != 4:
@@ -193,6 +203,7 @@ def _flash_tpu(q, k, v, ab, q_seg, kv_seg, causal, sm_scale):
                               block_sizes=sizes)
 
 
+@_registry.register("flash_attention", platform="gpu")
 def _flash_cudnn(q, k, v, ab, q_seg, kv_seg, causal, sm_scale):
     """cuDNN's fused attention where it applies: 4-d half-precision inputs, a
     head size cuDNN takes, no bias or segment ids, square when causal."""
@@ -207,18 +218,6 @@ def _flash_cudnn(q, k, v, ab, q_seg, kv_seg, causal, sm_scale):
     except (NotImplementedError, ValueError, TypeError, RuntimeError):
         return None
     return t(out)
-
-
-def _flash_jax(q, k, v, ab, q_seg, kv_seg, *, causal, sm_scale):
-    plat = _platform()
-    out = None
-    if plat == "tpu":
-        out = _tpu_kernel(_flash_tpu, q, k, v, ab, q_seg, kv_seg, causal, sm_scale)
-    elif plat in _GPU_PLATFORMS:
-        out = _flash_cudnn(q, k, v, ab, q_seg, kv_seg, causal, sm_scale)
-    if out is None:
-        out = _attention_reference(q, k, v, ab, q_seg, kv_seg, causal, sm_scale)
-    return out
 
 
 def _check_attention(q, k, v, q_segment_ids, kv_segment_ids, ab):
@@ -243,8 +242,8 @@ def _check_attention(q, k, v, q_segment_ids, kv_segment_ids, ab):
 
 
 def _flash_call(q, k, v, causal, q_seg, kv_seg, sm_scale, ab):
-    return _run(_flash_jax, (q, k, v, ab, q_seg, kv_seg), {"causal": bool(causal), "sm_scale": float(sm_scale)},
-                name="flash_attention")
+    return _run(_kernel("flash_attention"), (q, k, v, ab, q_seg, kv_seg),
+                {"causal": bool(causal), "sm_scale": float(sm_scale)}, name="flash_attention")
 
 
 def _mesh_of(mesh):
@@ -260,7 +259,7 @@ def _mesh_of(mesh):
 
 def _flash_vjp(q, k, v, ab, q_seg, kv_seg, grad, *, causal, sm_scale):
     def f(q, k, v, ab):
-        return _flash_jax(q, k, v, ab, q_seg, kv_seg, causal=causal, sm_scale=sm_scale)
+        return _kernel("flash_attention")(q, k, v, ab, q_seg, kv_seg, causal=causal, sm_scale=sm_scale)
     _, pull = jax.vjp(f, q, k, v, ab)
     return pull(grad.astype(q.dtype))
 
@@ -366,19 +365,13 @@ class FlashAttention:
 # ---------------------------------------------------------------------------
 # paged attention (decode: one query per sequence)
 
-def _gather_pages(pages, page_indices):
-    """pages [kv_heads, total_pages, page_size, D] at page_indices [B, n]
-    -> [B, kv_heads, n * page_size, D]."""
-    g = pages[:, page_indices]                              # [H, B, n, page_size, D]
-    h, b, n, ps, d = g.shape
-    return jnp.swapaxes(g.reshape(h, b, n * ps, d), 0, 1)
+_gather_pages = _mq_kernels.gather_pages
+_soft_cap = _ragged_kernels.soft_cap_logits
 
 
-def _soft_cap(logits, cap):
-    return logits if cap is None else jnp.tanh(logits / cap) * cap
-
-
-def _paged_reference(q, k_pages, v_pages, lengths, page_indices, soft_cap, mask_value):
+@_registry.register("paged_attention")
+def _paged_reference(q, k_pages, v_pages, lengths, page_indices, *, pages_per_compute_block, megacore_mode,
+                     soft_cap, mask_value=DEFAULT_MASK_VALUE):
     b, h, d = q.shape
     kvh = k_pages.shape[0]
     k = _gather_pages(k_pages, page_indices)
@@ -393,22 +386,13 @@ def _paged_reference(q, k_pages, v_pages, lengths, page_indices, soft_cap, mask_
     return out.reshape(b, h, d).astype(q.dtype)
 
 
-def _paged_tpu(q, k_pages, v_pages, lengths, page_indices, pages_per_compute_block, megacore_mode, soft_cap):
+@_registry.register("paged_attention", platform="tpu")
+def _paged_tpu(q, k_pages, v_pages, lengths, page_indices, *, pages_per_compute_block, megacore_mode, soft_cap):
     from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as pa
     if page_indices.shape[1] % pages_per_compute_block:
         return None
     return pa(q, k_pages, v_pages, lengths, page_indices, pages_per_compute_block=pages_per_compute_block,
               megacore_mode=megacore_mode, attn_logits_soft_cap=soft_cap)
-
-
-def _paged_jax(q, k_pages, v_pages, lengths, page_indices, *, pages_per_compute_block, megacore_mode, soft_cap):
-    out = None
-    if _platform() == "tpu":
-        out = _tpu_kernel(_paged_tpu, q, k_pages, v_pages, lengths, page_indices, pages_per_compute_block,
-                          megacore_mode, soft_cap)
-    if out is None:
-        out = _paged_reference(q, k_pages, v_pages, lengths, page_indices, soft_cap, DEFAULT_MASK_VALUE)
-    return out
 
 
 def paged_attention(q,                # [batch, heads, head_dim]
@@ -428,29 +412,10 @@ def paged_attention(q,                # [batch, heads, head_dim]
     if q.dim() != 3 or k_pages.dim() != 4 or q.shape[1] % k_pages.shape[0]:
         raise ValueError(f"paged_attention: q [batch, heads, dim] with heads a multiple of k_pages' "
                          f"kv_heads, got q {tuple(q.shape)}, k_pages {tuple(k_pages.shape)}")
-    return _run(_paged_jax, (q, k_pages, v_pages, lengths, page_indices),
+    return _run(_kernel("paged_attention"), (q, k_pages, v_pages, lengths, page_indices),
                 {"pages_per_compute_block": int(pages_per_compute_block), "megacore_mode": megacore_mode,
                  "soft_cap": None if attn_logits_soft_cap is None else float(attn_logits_soft_cap)},
                 name="paged_attention")
-
-
-def _mq_paged_reference(q, k_pages, v_pages, lengths, page_indices, effective_q_lens, *, soft_cap):
-    b, lq, h, d = q.shape
-    kvh = k_pages.shape[0]
-    k = _gather_pages(k_pages, page_indices)                 # [B, KVH, L, D]
-    v = _gather_pages(v_pages, page_indices)
-    qg = q.reshape(b, lq, kvh, h // kvh, d)
-    logits = jnp.einsum("bqgrd,bgld->bgrql", qg, k, precision=_HIGHEST, preferred_element_type=jnp.float32)
-    logits = _soft_cap(logits, soft_cap)
-    j = jnp.arange(k.shape[2])
-    i = jnp.arange(lq)
-    # query i of sequence b sits at position lengths[b] - effective_q_lens[b] + i
-    last = (lengths - effective_q_lens)[:, None] + i[None, :]            # [B, Lq]
-    allowed = (j[None, None, :] <= last[:, :, None]) & (j[None, None, :] < lengths[:, None, None])
-    logits = jnp.where(allowed[:, None, None], logits, DEFAULT_MASK_VALUE)
-    w = jax.nn.softmax(logits, axis=-1)
-    out = jnp.einsum("bgrql,bgld->bqgrd", w, v.astype(jnp.float32), precision=_HIGHEST)
-    return out.reshape(b, lq, h, d).astype(q.dtype)
 
 
 def multi_queries_paged_attention(
@@ -468,72 +433,22 @@ def multi_queries_paged_attention(
     """Paged attention for several new tokens per sequence (prefill/speculative
     decode): query i of sequence b attends causally to cached tokens
     [0, lengths[b] - effective_q_lens[b] + i]. -> [batch, query_len, heads, head_dim].
-    Upstream's kernel for this is its own (not in JAX): the XLA reference runs
-    on every platform; the block sizes are accepted for compatibility."""
+    Upstream's kernel for this is its own (not in JAX): the XLA reference of
+    pallas_kernels.multi_queries_paged_attention_kernel runs on every
+    platform; the block sizes are accepted for compatibility."""
     if q.dim() != 4:
         raise ValueError("q should have 4 dimensions.")
     if q.shape[2] % k_pages.shape[0]:
         raise ValueError(f"multi_queries_paged_attention: heads {q.shape[2]} not a multiple of kv heads "
                          f"{k_pages.shape[0]}")
-    return _run(_mq_paged_reference, (q, k_pages, v_pages, lengths, page_indices, effective_q_lens),
+    return _run(_kernel("multi_queries_paged_attention"), (q, k_pages, v_pages, lengths, page_indices,
+                                                           effective_q_lens),
                 {"soft_cap": None if attn_logits_soft_cap is None else float(attn_logits_soft_cap)},
                 name="multi_queries_paged_attention")
 
 
 # ---------------------------------------------------------------------------
 # ragged paged attention (mixed prefill and decode in one flat token batch)
-
-def _ragged_reference(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *, sm_scale, sliding_window,
-                      soft_cap, mask_value, k_scale, v_scale):
-    t, hq, d = q.shape
-    _, page_size, combined, _ = kv_pages.shape
-    kvh = combined // 2
-    s, pps = page_indices.shape
-    kv = kv_pages[page_indices].reshape(s, pps * page_size, combined, d)
-    k, v = kv[:, :, 0::2], kv[:, :, 1::2]                     # [S, L, KVH, D]: heads interleave k, v
-    if k_scale is not None:
-        k = (k.astype(jnp.float32) * k_scale).astype(q.dtype)
-    if v_scale is not None:
-        v = (v.astype(jnp.float32) * v_scale).astype(q.dtype)
-    n = num_seqs.reshape(-1)[0]
-    tok = jnp.arange(t)
-    active = jnp.arange(s) < n
-    seq = jnp.sum((cu_q_lens[1:s + 1][None, :] <= tok[:, None]) & active[None, :], axis=1)
-    seq = jnp.minimum(seq, s - 1)
-    valid = tok < cu_q_lens[n]
-    q_start = cu_q_lens[seq]
-    q_len = cu_q_lens[seq + 1] - q_start
-    kv_len = kv_lens[seq]
-    pos = kv_len - q_len + (tok - q_start)                    # the token's position in its sequence
-    kt, vt = k[seq], v[seq]                                   # [T, L, KVH, D]
-    qg = q.reshape(t, kvh, hq // kvh, d)
-    logits = jnp.einsum("tgrd,tlgd->tgrl", qg, kt, precision=_HIGHEST, preferred_element_type=jnp.float32)
-    logits = logits * sm_scale
-    logits = _soft_cap(logits, soft_cap)
-    j = jnp.arange(kt.shape[1])[None, :]
-    allowed = (j <= pos[:, None]) & (j < kv_len[:, None])
-    if sliding_window is not None:
-        allowed = allowed & (j > pos[:, None] - sliding_window)
-    logits = jnp.where(allowed[:, None, None, :], logits, mask_value)
-    w = jax.nn.softmax(logits, axis=-1)
-    out = jnp.einsum("tgrl,tlgd->tgrd", w, vt.astype(jnp.float32), precision=_HIGHEST).reshape(t, hq, d)
-    return jnp.where(valid[:, None, None], out, 0).astype(q.dtype)
-
-
-def _ragged_tpu(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
-    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ragged_paged_attention as rpa
-    return rpa(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw)
-
-
-def _ragged_jax(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *, use_kernel, tuning, **kw):
-    out = None
-    if use_kernel and _platform() == "tpu":
-        out = _tpu_kernel(_ragged_tpu, q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
-                          **kw, **dict(tuning))
-    if out is None:
-        out = _ragged_reference(q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw)
-    return out
-
 
 def ragged_paged_attention(
     q,              # [max_num_batched_tokens, q_heads, head_dim]
@@ -571,26 +486,14 @@ def ragged_paged_attention(
           "v_scale": None if v_scale is None else float(v_scale)}
     tuning = (("num_kv_pages_per_block", num_kv_pages_per_block), ("num_queries_per_block", num_queries_per_block),
               ("vmem_limit_bytes", vmem_limit_bytes if vmem_limit_bytes is not None else 120 * 1024 * 1024))
-    return _run(_ragged_jax, (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs),
-                dict(kw, use_kernel=bool(use_kernel), tuning=tuning), name="ragged_paged_attention")
+    # the reference and JAX's TPU kernel are registered by pallas_kernels.ragged_paged_attention_v2
+    return _run(_kernel("ragged_paged_attention", bool(use_kernel)),
+                (q, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs), dict(kw, **dict(tuning)),
+                name="ragged_paged_attention")
 
 
 # ---------------------------------------------------------------------------
 # quantized matmul
-
-def _quantized_matmul(x, w, scalar, *, quantize_activation):
-    if quantize_activation:
-        amax = jnp.max(jnp.abs(x.astype(jnp.float32)), axis=-1, keepdims=True)
-        x_scale = amax / 127.0
-        xq = jnp.round(x.astype(jnp.float32) / x_scale).astype(jnp.int8)
-        acc = jax.lax.dot_general(xq, w, (((xq.ndim - 1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
-        out = acc.astype(jnp.float32) * scalar.astype(jnp.float32) * x_scale
-    else:
-        out = jax.lax.dot_general(x.astype(jnp.float32), w.astype(jnp.float32), (((x.ndim - 1,), (1,)), ((), ())),
-                                  precision=_HIGHEST)
-        out = out * scalar.astype(jnp.float32)
-    return out.astype(x.dtype)
-
 
 def quantized_matmul_int8(
     x: torch.Tensor,                 # [batch, in_features]
@@ -603,19 +506,26 @@ def quantized_matmul_int8(
     out_block_size: int | None = None,
     in_block_size: int | None = None,
 ) -> torch.Tensor:
-    """`(x @ w.T) * scalar` for an int8 per-channel-quantized weight. With
-    `quantize_activation`, x is first quantized per row to int8 (scale
-    max|x| / 127), the product is an int8 x int8 -> int32 matmul, and the
-    result is rescaled by both scales. -> [batch, out_features] in x's dtype.
-    One XLA computation on every platform (upstream's TPU kernel is its own);
-    block sizes are accepted for compatibility."""
-    if zero_point is not None or quant_block_size is not None:
-        raise NotImplementedError("quantized_matmul_int8: zero_point and quant_block_size are not supported")
-    if w.dim() != 2 or x.shape[-1] != w.shape[1] or scalar.shape[-1] != w.shape[0]:
-        raise ValueError(f"quantized_matmul_int8: x [..., in], w [out, in], scalar [out]; got "
-                         f"{tuple(x.shape)}, {tuple(w.shape)}, {tuple(scalar.shape)}")
-    return _run(_quantized_matmul, (x, w, scalar), {"quantize_activation": bool(quantize_activation)},
-                name="quantized_matmul_int8")
+    """`x @ dequant(w).T` for an int8 weight w [out_features, in_features]:
+    dequant(w)[o, c] = w[o, c] * scalar[o] - zero_point[o] (per-channel
+    scales [out_features], zero points optional, in the scales' units), or,
+    with `quant_block_size` B, block-wise: the scale and zero point of input
+    block c // B, scalar and zero_point [in_features / B, out_features] (B
+    may be an int or an int tensor of one element; the block count is read
+    from scalar's shape). With `quantize_activation`, x is first quantized per
+    row to int8 (scale max|x| / 127), the block products are int8 x int8 ->
+    int32 and the result is rescaled by x's scale. -> [..., out_features] in
+    x's dtype. One XLA computation on every platform (upstream's TPU kernel
+    is its own; pallas_kernels.quantized_matmul_kernel holds it); the block
+    sizes are accepted for compatibility."""
+    if w.dim() != 2 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"quantized_matmul_int8: x [..., in], w [out, in]; got {tuple(x.shape)}, {tuple(w.shape)}")
+    if torch.is_tensor(quant_block_size) and not _api.is_xla_tensor(quant_block_size):
+        quant_block_size = int(quant_block_size.reshape(-1)[0])
+    # shapes checked here, before the graph is built
+    _qmm_kernels._blocks(x, w, scalar, zero_point, quant_block_size)
+    return _run(_kernel("quantized_matmul_int8"), (x, w, scalar, zero_point, quant_block_size),
+                {"quantize_activation": bool(quantize_activation)}, name="quantized_matmul_int8")
 
 
 # ---------------------------------------------------------------------------
@@ -649,7 +559,8 @@ def _offset(group_offset):
     return 0 if group_offset is None else group_offset.reshape(-1)[0].astype(jnp.int32)
 
 
-def _gmm_reference(lhs, rhs, group_sizes, group_offset, transpose_rhs):
+@_registry.register("gmm")
+def _gmm_reference(lhs, rhs, group_sizes, group_offset, *, tiling, transpose_rhs):
     if transpose_rhs:
         rhs = jnp.swapaxes(rhs, 1, 2)
     local = _row_groups(group_sizes, lhs.shape[0]) - _offset(group_offset)
@@ -659,7 +570,8 @@ def _gmm_reference(lhs, rhs, group_sizes, group_offset, transpose_rhs):
     return out.astype(lhs.dtype)
 
 
-def _gmm_tpu(lhs, rhs, group_sizes, tiling, group_offset, transpose_rhs):
+@_registry.register("gmm", platform="tpu")
+def _gmm_tpu(lhs, rhs, group_sizes, group_offset, *, tiling, transpose_rhs):
     from jax.experimental.pallas.ops.tpu.megablox import ops as mb
     m, k = lhs.shape
     n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
@@ -669,15 +581,6 @@ def _gmm_tpu(lhs, rhs, group_sizes, tiling, group_offset, transpose_rhs):
     gs = group_sizes.astype(jnp.int32)
     off = None if group_offset is None else group_offset.reshape(1).astype(jnp.int32)
     return mb.gmm(lhs, rhs, gs, lhs.dtype, (tm, tk, tn), off, None, transpose_rhs)
-
-
-def _gmm_jax(lhs, rhs, group_sizes, group_offset, *, tiling, transpose_rhs):
-    out = None
-    if _platform() == "tpu":
-        out = _tpu_kernel(_gmm_tpu, lhs, rhs, group_sizes, tiling, group_offset, transpose_rhs)
-    if out is None:
-        out = _gmm_reference(lhs, rhs, group_sizes, group_offset, transpose_rhs)
-    return out
 
 
 def gmm(
@@ -708,11 +611,12 @@ def gmm(
         tiling = _gmm_tiling(m, k, n, g)
     else:
         tiling = (min(int(tiling[0]), m), int(tiling[1]), int(tiling[2]))
-    return _run(_gmm_jax, (lhs, rhs, group_sizes, group_offset),
+    return _run(_kernel("gmm"), (lhs, rhs, group_sizes, group_offset),
                 {"tiling": tuple(tiling), "transpose_rhs": bool(transpose_rhs)}, name="gmm")
 
 
-def _tgmm_reference(lhs, rhs, group_sizes, group_offset, num_groups):
+@_registry.register("tgmm")
+def _tgmm_reference(lhs, rhs, group_sizes, group_offset, *, tiling, num_groups):
     local = _row_groups(group_sizes, lhs.shape[1]) - _offset(group_offset)
     onehot = local[None, :] == jnp.arange(num_groups)[:, None]             # [G, m]
     masked = jnp.where(onehot[:, None, :], lhs[None], jnp.zeros((), lhs.dtype))   # [G, k, m]
@@ -720,7 +624,8 @@ def _tgmm_reference(lhs, rhs, group_sizes, group_offset, num_groups):
     return out.astype(lhs.dtype)
 
 
-def _tgmm_tpu(lhs, rhs, group_sizes, tiling, group_offset, num_groups):
+@_registry.register("tgmm", platform="tpu")
+def _tgmm_tpu(lhs, rhs, group_sizes, group_offset, *, tiling, num_groups):
     from jax.experimental.pallas.ops.tpu.megablox import gmm as mb
     k, m = lhs.shape
     n = rhs.shape[1]
@@ -729,15 +634,6 @@ def _tgmm_tpu(lhs, rhs, group_sizes, tiling, group_offset, num_groups):
         return None
     off = None if group_offset is None else group_offset.reshape(1).astype(jnp.int32)
     return mb.tgmm(lhs, rhs, group_sizes.astype(jnp.int32), lhs.dtype, (tm, tk, tn), off, num_groups)
-
-
-def _tgmm_jax(lhs, rhs, group_sizes, group_offset, *, tiling, num_groups):
-    out = None
-    if _platform() == "tpu":
-        out = _tpu_kernel(_tgmm_tpu, lhs, rhs, group_sizes, tiling, group_offset, num_groups)
-    if out is None:
-        out = _tgmm_reference(lhs, rhs, group_sizes, group_offset, num_groups)
-    return out
 
 
 def tgmm(
@@ -757,7 +653,7 @@ def tgmm(
     n = rhs.shape[1]
     tiling = (min(int(tiling[0]), m), min(int(tiling[1]), k), min(int(tiling[2]), n))
     groups = int(group_sizes.shape[0] if num_actual_groups is None else num_actual_groups)
-    return _run(_tgmm_jax, (lhs, rhs, group_sizes, group_offset), {"tiling": tiling, "num_groups": groups},
+    return _run(_kernel("tgmm"), (lhs, rhs, group_sizes, group_offset), {"tiling": tiling, "num_groups": groups},
                 name="tgmm")
 
 
@@ -917,13 +813,14 @@ def repeat_with_fixed_output_size(input: torch.Tensor, repeats: torch.Tensor, to
 # ---------------------------------------------------------------------------
 # F.scaled_dot_product_attention on a GPU
 
-def _sdpa_jax(q, k, v, *, is_causal, scale):
-    out = None
-    if _platform() in _GPU_PLATFORMS:
-        out = _flash_cudnn(q, k, v, None, None, None, is_causal, scale)
-    if out is None:
-        out = _attention_reference(q, k, v, None, None, None, is_causal, scale)
-    return out
+@_registry.register("scaled_dot_product_attention", platform="gpu")
+def _sdpa_cudnn(q, k, v, *, is_causal, scale):
+    return _flash_cudnn(q, k, v, None, None, None, is_causal, scale)
+
+
+@_registry.register("scaled_dot_product_attention")
+def _sdpa_reference(q, k, v, *, is_causal, scale):
+    return _attention_reference(q, k, v, None, None, None, is_causal, scale)
 
 
 def _sdpa_fits_fused(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa):
@@ -943,7 +840,8 @@ def _sdpa_xla(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     torch's math decomposition (what runs without this hook)."""
     if _sdpa_fits_fused(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa):
         s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-        return _run(_sdpa_jax, (q, k, v), {"is_causal": bool(is_causal), "scale": s}, name="sdpa")
+        return _run(_kernel("scaled_dot_product_attention"), (q, k, v), {"is_causal": bool(is_causal), "scale": s},
+                    name="sdpa")
     return torch.ops.aten._scaled_dot_product_attention_math(
         q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
 
