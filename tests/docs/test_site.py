@@ -121,3 +121,34 @@ def test_sphinx_build_has_no_warnings(tmp_path):
     assert out.returncode == 0, f"sphinx-build failed:\n{out.stderr[-6000:]}\n{out.stdout[-2000:]}"
     for page in ("index.html", "reference/api/core.html", "reference/compatibility.html", "reference/benchmarks.html"):
         assert (tmp_path / "html" / page).exists(), page
+
+
+def _slug(heading):
+    """GitHub's (and MyST's) anchor of a heading: lower case, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def test_readme_links_resolve():
+    """The README is read on GitHub, outside the site: each relative link names a file
+    of the checkout, and each #anchor a heading of that file."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    bad = []
+    for link in links:
+        if re.match(r"[a-z]+://", link) or link.startswith("mailto:"):
+            continue
+        path, _, anchor = link.partition("#")
+        target = os.path.join(ROOT, path) if path else os.path.join(ROOT, "README.md")
+        if not os.path.exists(target):
+            bad.append(f"{link}: no such file")
+            continue
+        if anchor:
+            with open(target) as f:
+                slugs = {_slug(m) for m in re.findall(r"^#+\s+(.*)$", f.read(), re.M)}
+            if anchor not in slugs:
+                bad.append(f"{link}: no heading with anchor #{anchor}")
+    assert not bad, bad
