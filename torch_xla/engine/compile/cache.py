@@ -19,7 +19,7 @@ _cache = collections.OrderedDict()
 
 class Executable:
     """A compiled graph and what its launch needs: `compiled(*inputs)` runs it."""
-    __slots__ = ("compiled", "n_out", "hash", "donated", "n_params", "__weakref__")
+    __slots__ = ("compiled", "n_out", "hash", "donated", "n_params", "metric", "__weakref__")
 
 
 def lookup(key):
@@ -54,6 +54,8 @@ def compile_graph(graph, inputs):
     exe.hash = hash(graph.key)
     exe.donated = graph.donated
     exe.n_params = len(graph.params)
+    # upstream times a program run over every device as ExecuteReplicatedTime
+    exe.metric = "ExecuteReplicatedTime" if getattr(compiled, "replicated", False) else "ExecuteTime"
     _cache[graph.key] = exe
     limit = max(config.read("XLA_COMPILATION_CACHE_SIZE"), 1)
     while len(_cache) > limit:

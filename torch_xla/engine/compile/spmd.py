@@ -96,6 +96,7 @@ class _Placed:
     """Calls the executable after moving any input that is not laid out as it was
     compiled for (a host scalar pool, a tensor made on one device) into place."""
     __slots__ = ("compiled", "shardings")
+    replicated = True    # one program over every device (ExecuteReplicatedTime)
 
     def __init__(self, compiled, shardings):
         self.compiled = compiled

@@ -87,7 +87,9 @@ def launch(graph, params, pools, reason, device=0, donors=None):
                 outs = exe.compiled(*inputs)
         except Exception as e:
             _raise_failed(graph, "run", e)
-        exec_time.launched("ExecuteTime", t0, outs)
+        exec_time.launched(exe.metric, t0, outs)
+        if exe.metric != "ExecuteTime":
+            metrics.counter("ExecuteReplicated")
         if events.wanted("executed"):
             events.emit("executed", graph=graph, executable=exe, reason=reason)
         if graph.donated:
