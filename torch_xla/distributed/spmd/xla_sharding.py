@@ -115,6 +115,16 @@ class Mesh:
 
     __repr__ = __str__
 
+    @classmethod
+    def from_str(cls, mesh_str):
+        """The mesh `str(mesh)` describes, or None when the text is not one."""
+        import ast
+        try:
+            d = ast.literal_eval(mesh_str)
+            return cls(d["device_ids"], tuple(d["mesh_shape"]), d["axis_names"])
+        except (ValueError, SyntaxError, TypeError, KeyError):
+            return None
+
     # -- to JAX -------------------------------------------------------------------
 
     def _jax_axis_names(self):
@@ -343,14 +353,17 @@ def mark_sharding(t, mesh, partition_spec):
 class MarkShardingFunction(torch.autograd.Function):
     """Shard a value in the forward pass and its gradient in the backward pass."""
 
+    # through torch.ops.xla.aot_mark_sharding, so AOTAutograd (aot_function,
+    # torch.compile) traces it on fake tensors and keeps it in both graphs
+
     @staticmethod
     def forward(ctx, t, mesh, partition_spec):
-        ctx.sharding = mesh._named_sharding(tuple(partition_spec))
-        return _api.sharding_constraint(t, ctx.sharding)
+        ctx.args = (str(mesh), str(tuple(partition_spec)))
+        return torch.ops.xla.aot_mark_sharding(t, *ctx.args)
 
     @staticmethod
     def backward(ctx, grad):
-        return _api.sharding_constraint(grad, ctx.sharding), None, None
+        return torch.ops.xla.aot_mark_sharding(grad, *ctx.args), None, None
 
 
 def mark_sharding_with_gradients(t, mesh, partition_spec):
