@@ -414,6 +414,8 @@ def _create_xla_process_group(*args, **kwargs):
     """c10d's creator, called with its extended arguments (DistributedBackendOptions,
     pg_options) by init_process_group / new_group, or as (prefix_store, rank, size,
     timeout) by code that makes a process group itself."""
+    # as upstream: an SPMD program is one process over every device, with nothing to exchange
+    assert not xr.is_spmd(), "XLA backend is not supported with SPMD. Please use a CPU process group instead."
     opts_type = torch._C._distributed_c10d._DistributedBackendOptions
     if len(args) == 2 and not kwargs and isinstance(args[0], opts_type):
         opts, pg_options = args
