@@ -1,12 +1,5 @@
 """torch.ops.xla.dynamo_mark_sharding: the operator form of mark_sharding, kept in
 the graphs torch.compile captures; a no-op on CPU tensors."""
-import os
-import subprocess
-import sys
-import textwrap
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 CODE = """
 import numpy as np
 import torch
@@ -42,11 +35,5 @@ print("OK")
 """
 
 
-def test_dynamo_mark_sharding_eager_compiled_and_cpu():
-    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("XLA_USE_SPMD", None)
-    p = subprocess.run([sys.executable, "-W", "ignore", "-c", textwrap.dedent(CODE)], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "SPEC {devices=[4,1]0,1,2,3}" in p.stdout
+def test_dynamo_mark_sharding_eager_compiled_and_cpu(spmd_run):
+    assert "SPEC {devices=[4,1]0,1,2,3}" in spmd_run(CODE)

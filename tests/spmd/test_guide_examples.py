@@ -3,23 +3,6 @@ positional arguments (upstream made them keyword-only later; both spellings work
 
 Each case runs in a subprocess: the number of host devices is fixed before JAX starts.
 """
-import os
-import subprocess
-import sys
-import textwrap
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _run(code, devices):
-    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices), JAX_PLATFORMS="cpu",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("XLA_USE_SPMD", None)
-    p = subprocess.run([sys.executable, "-W", "ignore", "-c", textwrap.dedent(code)], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return p.stdout
-
 
 FSDPV2 = """
 import copy
@@ -69,8 +52,8 @@ print("OK", num_devices)
 """
 
 
-def test_fsdpv2_guide_example_runs_as_printed():
-    out = _run(FSDPV2, 4)
+def test_fsdpv2_guide_example_runs_as_printed(spmd_run):
+    out = spmd_run(FSDPV2, 4)
     assert "OK 4" in out
     assert "SPEC {devices=[4,1]0,1,2,3}" in out, out
 
@@ -87,10 +70,11 @@ mesh = HybridMesh(ici_mesh_shape, dcn_mesh_shape, ('data','fsdp','tensor'))
 print(mesh.shape())
 kw = HybridMesh(ici_mesh_shape=ici_mesh_shape, dcn_mesh_shape=dcn_mesh_shape, axis_names=('data', 'fsdp', 'tensor'))
 assert list(kw.device_ids) == list(mesh.device_ids)
+print("OK")
 """
 
 
-def test_hybrid_mesh_guide_example_runs_as_printed():
-    out = _run(HYBRID, 8)
+def test_hybrid_mesh_guide_example_runs_as_printed(spmd_run):
+    out = spmd_run(HYBRID, 8)
     assert "OrderedDict({'data': 2, 'fsdp': 4, 'tensor': 1})" in out or \
         "OrderedDict([('data', 2), ('fsdp', 4), ('tensor', 1)])" in out, out
