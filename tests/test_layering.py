@@ -254,3 +254,15 @@ def test_the_state_checker_sees_writes(tmp_path):
                  "    t._lazy.base.aval = 2\n"
                  "    other.value = 3\n")
     assert [line for line, _ in _state_writes(str(f))] == [2, 4, 5, 6]
+
+
+def test_test_file_names_are_unique():
+    """tests/ has no __init__.py files, so pytest imports each test file by its base name:
+    two files of one name in different folders fail to collect."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    seen = {}
+    for folder, _, files in os.walk(here):
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                seen.setdefault(name, []).append(os.path.relpath(os.path.join(folder, name), here))
+    assert not {k: v for k, v in seen.items() if len(v) > 1}
