@@ -282,11 +282,8 @@ def import_upstream_run(run_dir, meta):
 
 
 def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown CPU")
-    except OSError:
-        return "unknown CPU"
+    report = _load("_bench_report", os.path.join(ROOT, "benchmarks", "_report.py"))
+    return report.cpu_model() or "unknown CPU"
 
 
 def render_compatibility():

@@ -484,6 +484,18 @@ def _jax_to_xla_computation_cache_elements():
     return n
 
 
+def _array_fn(fn, leaves, tree, pos):
+    """fn called on the argument tree flattened as `leaves` (`tree`), with the
+    arrays it is given put at leaf positions `pos` (the tensors' places)."""
+    def flat(*arrays):
+        full = list(leaves)
+        for p, a in zip(pos, arrays):
+            full[p] = a
+        a, k = jax.tree_util.tree_unflatten(tree, full)
+        return fn(*a, **k)
+    return flat
+
+
 def _is_tensor(x):
     return isinstance(x, torch.Tensor)
 
@@ -516,12 +528,7 @@ def _call_jax_eagerly(jax_func, args, kwargs=None, name=None, override_hash=None
         key = None
     jitted = _JAX_TO_XLA_COMPUTATION_CACHE.get(key) if key is not None else None
     if jitted is None:
-        def flat_fn(*arrays):
-            full = list(leaves)
-            for p, a in zip(tensor_pos, arrays):
-                full[p] = a
-            a, k = jax.tree_util.tree_unflatten(treedef, full)
-            return jax_func(*a, **k)
+        flat_fn = _array_fn(jax_func, leaves, treedef, tensor_pos)
         flat_fn.__name__ = name or getattr(jax_func, "__name__", "call_jax")
         jitted = jax.jit(flat_fn)
         if key is not None:

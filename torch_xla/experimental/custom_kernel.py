@@ -99,28 +99,19 @@ def _run(fn, args, kwargs=None, name=None):
     arguments: one graph node when they are XLA tensors (CPU tensors beside
     them are moved to the device), output shapes only for meta/fake tensors,
     and eagerly on the host for plain CPU tensors (no autograd there)."""
+    from torch_xla.core import xla_builder as xb
     kwargs = dict(kwargs or {})
     leaves, tree = jax.tree_util.tree_flatten((tuple(args), kwargs))
     tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
     xla = [x for x in tensors if _api.is_xla_tensor(x)]
     if xla and len(xla) == len(tensors):
-        from torch_xla.core import xla_builder as xb
         return xb.call_jax(fn, args, kwargs, name=name)
     if xla and not any(_is_fake(t) for t in tensors):
         dev = xla[0].device
         leaves = [x.to(dev) if isinstance(x, torch.Tensor) and not _api.is_xla_tensor(x) else x for x in leaves]
         a, k = jax.tree_util.tree_unflatten(tree, leaves)
-        from torch_xla.core import xla_builder as xb
         return xb.call_jax(fn, a, k, name=name)
-    pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
-
-    def flat(*arrays):
-        full = list(leaves)
-        for p, arr in zip(pos, arrays):
-            full[p] = arr
-        a, k = jax.tree_util.tree_unflatten(tree, full)
-        return fn(*a, **k)
-
+    flat = xb._array_fn(fn, leaves, tree, [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)])
     if any(_is_fake(t) for t in tensors):
         out = jax.eval_shape(flat, *[to_jax_shape_dtype_struct(t) for t in tensors])
         dev = tensors[0].device

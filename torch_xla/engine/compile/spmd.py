@@ -49,7 +49,7 @@ class SpmdJit(LocalJit):
 
     def in_shardings(self, inputs, mesh):
         from jax.sharding import NamedSharding, PartitionSpec
-        rep = topology.replicated() if mesh is topology.spmd_mesh() else NamedSharding(mesh, PartitionSpec())
+        rep = NamedSharding(mesh, PartitionSpec())
         devs = set(mesh.devices.flat)
         out = []
         for x in inputs:
@@ -57,7 +57,7 @@ class SpmdJit(LocalJit):
             if s is None or len(s.device_set) == 1 or s.device_set != devs:
                 out.append(rep)
             else:
-                out.append(topology.on_mesh(s, mesh, x.ndim))
+                out.append(topology.on_mesh(s, mesh))
         return tuple(out)
 
     def compile(self, graph, inputs):  # noqa: A003

@@ -18,12 +18,14 @@ Lines go to stderr in TSL's format (`I1127 19:30:00.123456  4242 file.cpp] ...`)
 They are INFO lines, so a TF_CPP_MIN_LOG_LEVEL of 1 or more, set by the user,
 silences them as it does upstream. Nothing subscribes unless a level is on.
 """
+import fnmatch
 import os
 import sys
 import time
 
 from ..base import config, events
 from ..runtime import topology
+from .debug import hash_str
 
 MODULES = ("xla_graph_executor", "pjrt_computation_client")
 levels = {}      # module -> level on (only the modules with one > 0)
@@ -33,7 +35,6 @@ def parse(vmodule, max_level=0):
     """{module: level} from TF_CPP_VMODULE's text (`name=level,...`); a module
     not named gets max_level. Names are matched as TSL does: without extension,
     `*` and `?` wildcards allowed."""
-    import fnmatch
     named = []
     for part in (vmodule or "").split(","):
         part = part.strip()
@@ -69,7 +70,6 @@ def _on(module, level):
 
 
 def _hash(graph):
-    from .debug import hash_str
     return hash_str(hash(graph.key))
 
 
@@ -84,13 +84,13 @@ def _device():
 
 
 def _on_captured(graph, reason, cached, **_):
-    if _on("xla_graph_executor", 4):
-        _line("xla_graph_executor", f"Trying to sync the value of {len(graph.roots)} tensor(s) ({reason})")
-        _line("xla_graph_executor", f"Tensors graph hash {_hash(graph)} on {_device()}")
+    h = _hash(graph)   # subscribed only from level 4
+    _line("xla_graph_executor", f"Trying to sync the value of {len(graph.roots)} tensor(s) ({reason})")
+    _line("xla_graph_executor", f"Tensors graph hash {h} on {_device()}")
     if _on("xla_graph_executor", 5):
         _line("xla_graph_executor", f"TensorsGraphSize={len(graph.order)}")
         if cached:
-            _line("xla_graph_executor", f"Cached computation (hash: {_hash(graph)}) is found")
+            _line("xla_graph_executor", f"Cached computation (hash: {h}) is found")
 
 
 def _on_compile_begin(graph, **_):

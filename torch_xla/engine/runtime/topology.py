@@ -196,8 +196,8 @@ def mesh_of(sharding):
     return m if getattr(m, "devices", None) is not None else None
 
 
-def on_mesh(sharding, mesh, ndim):
-    """`sharding` (of a rank-`ndim` value) as a layout over `mesh`. jax.jit takes one
+def on_mesh(sharding, mesh):
+    """`sharding` as a layout over `mesh`. jax.jit takes one
     device order per program, and a user's meshes may list the devices in other
     orders: a layout over another order keeps its tiling where the meshes have the
     same axes (its tiles then sit on other devices), else it becomes replicated;

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from torch_xla.experimental.pallas_kernels import _registry
-from torch_xla.experimental.pallas_kernels.ragged_paged_attention_kernel import _dequantized
+from torch_xla.experimental.pallas_kernels.ragged_paged_attention_kernel import _dequantized, check_kv_pages
 from torch_xla.experimental.pallas_kernels.ragged_paged_attention_v2 import soft_cap_logits
 
 DEFAULT_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.dtype("float32")).max)
@@ -73,12 +73,9 @@ def paged_attention(
     k_pages = _dequantized(k_pages, q.dtype)
     v_pages = _dequantized(v_pages, q.dtype)
     b, lq, h, d = q.shape
-    kvh, _, page_size, d_k = k_pages.shape
+    kvh, _, page_size, _ = k_pages.shape
     pages_per_sequence = page_indices.shape[1]
-    if k_pages.shape != v_pages.shape:
-        raise ValueError(f"k_pages and v_pages must have the same shape. Got {k_pages.shape} and {v_pages.shape}")
-    if d_k != d:
-        raise ValueError(f"head_dim of Q must be the same as that of K/V. Got {d} and {d_k}.")
+    check_kv_pages(d, k_pages, v_pages)
     if tuple(lengths.shape) != (b,) or lengths.shape != effective_q_lens.shape:
         raise ValueError(f"`lengths` and `effective_q_lens` must be [batch_size] ({b}), got "
                          f"{tuple(lengths.shape)} and {tuple(effective_q_lens.shape)}")

@@ -74,12 +74,9 @@ def check_kernel_input(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, nu
     Index arrays may be any integer type (int64 is what JAX makes once
     torch_xla has enabled x64); they are used as int32."""
     num_q_heads, num_tokens, head_dim = q.shape
-    num_kv_heads, _, _, head_dim_k = k_pages.shape
+    num_kv_heads = k_pages.shape[0]
     pages_per_sequence = page_indices.shape[1]
-    if k_pages.shape != v_pages.shape:
-        raise ValueError(f"k_pages and v_pages must have the same shape. Got {k_pages.shape} and {v_pages.shape}")
-    if head_dim_k != head_dim:
-        raise ValueError(f"head_dim of Q must be the same as that of K/V. Got {head_dim} and {head_dim_k}.")
+    check_kv_pages(head_dim, k_pages, v_pages)
     for name, a, want in (("kv_lens", kv_lens, num_tokens), ("page_indices", page_indices, num_tokens),
                           ("cu_q_lens", cu_q_lens, num_tokens + 1)):
         if a.shape[0] != want:
@@ -104,6 +101,15 @@ def check_kernel_input(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, nu
     if num_q_heads % num_kv_heads:
         raise ValueError(f"Number of Q heads must be divisible by number of KV heads. Got {num_q_heads} and "
                          f"{num_kv_heads}.")
+
+
+def check_kv_pages(head_dim, k_pages, v_pages):
+    """Upstream's checks shared by the paged kernels: K and V pages of one shape,
+    whose head_dim (the last dimension) is Q's."""
+    if k_pages.shape != v_pages.shape:
+        raise ValueError(f"k_pages and v_pages must have the same shape. Got {k_pages.shape} and {v_pages.shape}")
+    if k_pages.shape[-1] != head_dim:
+        raise ValueError(f"head_dim of Q must be the same as that of K/V. Got {head_dim} and {k_pages.shape[-1]}.")
 
 
 def _dequantized(pages, dtype):

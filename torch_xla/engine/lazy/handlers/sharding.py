@@ -8,6 +8,8 @@
 The tensor remembers its annotation (`_sharding`) for the spec string and for
 XLAShardedTensor; `clear(t)` forgets it and makes the value replicated again.
 """
+import math
+
 import jax
 import numpy as np
 import torch
@@ -45,7 +47,7 @@ def _meta(x, *, sharding):
 
 def _lowering(x, *, sharding):
     if ctx.mesh is not None:
-        sharding = topology.on_mesh(sharding, ctx.mesh, x.ndim)
+        sharding = topology.on_mesh(sharding, ctx.mesh)
     return jax.lax.with_sharding_constraint(x, sharding)
 
 
@@ -75,19 +77,21 @@ def _to_full_meta(x, *, sharding, full, reduce=False):
     return torch.empty(full, dtype=x.dtype, device="meta")
 
 
-def _spec_axes(spec):
+def _replicated_axes(s):
+    """The mesh axes mesh sharding s leaves out of its spec: along them every
+    device holds the same shard."""
     used = set()
-    for p in spec:
+    for p in s.spec:
         if p is not None:
             used.update(p if isinstance(p, tuple) else (p,))
-    return used
+    return tuple(a for a in s.mesh.axis_names if a not in used)
 
 
 def _to_full_lowering(x, *, sharding, full, reduce=False):
     if reduce:
         # a gradient leaving the region: each device's part is summed over the mesh
         # axes the sharding replicates over (every device there used the same value)
-        axes = tuple(a for a in sharding.mesh.axis_names if a not in _spec_axes(sharding.spec))
+        axes = _replicated_axes(sharding)
         body = (lambda v: jax.lax.psum(v, axes)) if axes else (lambda v: v)
         y = _shard_map(body, mesh=sharding.mesh, in_specs=(PartitionSpec(),), out_specs=sharding.spec,
                        **_SHARD_MAP_KW)(x)
@@ -151,16 +155,6 @@ def _to_full(t, s, full, reduce=False):
     return r
 
 
-def _replicas(s):
-    """How many devices hold each shard of mesh sharding s (the mesh axes its spec leaves out)."""
-    used = _spec_axes(s.spec)
-    k = 1
-    for name, size in s.mesh.shape.items():
-        if name not in used:
-            k *= size
-    return k
-
-
 # A manual region is differentiable, as shard_map is in JAX: the gradient of
 # leaving it (shards assembled) enters it again, split equally among the devices
 # that hold the same shard; the gradient of entering it (each device's shard)
@@ -186,7 +180,7 @@ class _ToFull(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        k = _replicas(ctx.s)
+        k = math.prod(ctx.s.mesh.shape[a] for a in _replicated_axes(ctx.s))
         return _to_shard(g / k if k > 1 else g, ctx.s, ctx.local), None, None
 
 
