@@ -2,9 +2,13 @@
 
 A launch returns as soon as the work is queued, so the time around the call is
 the dispatch, not the run. Each launch is remembered with its start time and
-outputs; a watcher thread notices when they are ready and records the sample.
-Readiness is polled with `is_ready()`, never awaited: an awaited buffer holds a
-usage reference that would make the next step's donation of it fail.
+outputs, and handed to a watcher thread that waits for the run's outputs with
+`block_until_ready()`, which releases the GIL for the whole wait: the thread
+costs the tracing thread nothing while a run is in flight (a polling watcher
+took the GIL every few tens of microseconds, and on a 2-core host that time
+came out of both the tracer and XLA's compute threads). Waiting on a buffer
+does not stop a later run from taking it as a donation; a buffer already
+donated or deleted is skipped.
 
 The sample is counted at the launch (counts are exact at once, as tests and
 reports read them right after a barrier) with the dispatch time as its value,
@@ -18,16 +22,16 @@ later run before the watcher saw it ready, the sample is taken at that moment
 import atexit
 import collections
 import os
+import queue
 import threading
 import time
 
 from ..base import metrics
 
-_pending = collections.deque()   # (open sample, t0_ns, outputs)
+_pending = collections.deque()   # (open sample, t0_ns, outputs), in launch order
 _lock = threading.Lock()
-_wake = threading.Event()
+_queue = queue.SimpleQueue()     # wakes the watcher: one item per launch
 _thread = None
-_MAX_SLEEP_S = 0.002
 
 
 def launched(name, t0, outs):
@@ -36,12 +40,13 @@ def launched(name, t0, outs):
     sample = metrics.open_sample(name, time.perf_counter_ns() - t0)
     if not outs:
         return
+    item = (sample, t0, tuple(outs))
     with _lock:
-        _pending.append((sample, t0, tuple(outs)))
+        _pending.append(item)
     if _thread is None:
         _thread = threading.Thread(target=_watch, name="xla-execute-time", daemon=True)
         _thread.start()
-    _wake.set()
+    _queue.put(item)
 
 
 def _finished(outs):
@@ -55,55 +60,58 @@ def _finished(outs):
     return deleted == len(outs)
 
 
+def _close(item, now):
+    """Complete `item`'s sample at `now`, unless settle() or the watcher already did."""
+    with _lock:
+        try:
+            _pending.remove(item)
+        except ValueError:
+            return
+    metrics.close_sample(item[0], now - item[1])
+
+
 def settle():
     """Complete the sample of every pending run that has finished (called before metrics are read)."""
     if not _pending:
         return
     now = time.perf_counter_ns()
-    done = []
     with _lock:
-        for item in list(_pending):
-            if _finished(item[2]):
-                _pending.remove(item)
-                done.append(item)
-    for sample, t0, _ in done:
-        metrics.close_sample(sample, now - t0)
+        done = [item for item in _pending if _finished(item[2])]
+    for item in done:
+        _close(item, now)
+
+
+def _await(outs):
+    for a in outs:
+        try:
+            a.block_until_ready()
+            return
+        except Exception:  # donated to a later run, or deleted: the next one
+            continue
 
 
 def _watch():
-    sleep = 5e-5
-    while not _stopping:
-        if not _pending:
-            _wake.wait()
-            _wake.clear()
-            sleep = 5e-5
-            continue
-        before = len(_pending)
-        settle()
-        if len(_pending) < before:
-            sleep = 5e-5
-        else:
-            time.sleep(sleep)
-            sleep = min(sleep * 2, _MAX_SLEEP_S)
-
-
-_stopping = False
+    while True:
+        item = _queue.get()
+        if item is None:
+            return
+        _await(item[2])
+        _close(item, time.perf_counter_ns())
 
 
 def _stop():
     """Join the watcher before the interpreter finalizes: a daemon thread stopped
     inside a jaxlib call at exit aborts the process ("exception not rethrown")."""
-    global _stopping
-    _stopping = True
-    _wake.set()
     if _thread is not None:
-        _thread.join(timeout=1.0)
+        _queue.put(None)
+        _thread.join(timeout=10.0)
 
 
 def _after_fork():
-    global _thread, _lock
+    global _thread, _lock, _queue
     _thread = None
     _lock = threading.Lock()
+    _queue = queue.SimpleQueue()
     _pending.clear()
 
 
