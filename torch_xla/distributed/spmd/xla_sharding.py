@@ -150,8 +150,22 @@ class Mesh:
         return OpSharding(self._named_sharding(spec), len(spec))
 
     def _named_sharding(self, partition_spec):
-        from jax.sharding import NamedSharding, PartitionSpec
+        """The jax NamedSharding of `partition_spec` over this mesh, made once per
+        (mesh, spec): equal meshes and specs naming the same axes share it, and
+        each one made counts `CreateOpSharding` (upstream caches its OpSharding
+        protos alike). Invalid specs raise ValueError here."""
         spec = _translate(self, partition_spec)
+        key = (self, spec)
+        s = _SHARDINGS.get(key)
+        if s is None:
+            if len(_SHARDINGS) >= _SHARDINGS_MAX:
+                _SHARDINGS.clear()
+            s = _SHARDINGS[key] = self._make_sharding(spec)
+            _api.metrics.counter("CreateOpSharding")
+        return s
+
+    def _make_sharding(self, spec):
+        from jax.sharding import NamedSharding, PartitionSpec
         names = self._jax_axis_names()
         axes = []
         for p in spec:
@@ -162,6 +176,10 @@ class Mesh:
             else:
                 axes.append(names[p])
         return NamedSharding(self.get_jax_mesh(), PartitionSpec(*axes))
+
+
+_SHARDINGS = {}       # (Mesh, translated partition spec) -> NamedSharding
+_SHARDINGS_MAX = 4096
 
 
 class HybridMesh(Mesh):
