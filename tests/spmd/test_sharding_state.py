@@ -6,7 +6,7 @@ it (upstream's semantics):
 - the gradient of `mark_sharding_with_gradients` lands in `x.grad` with the
   annotation (autograd detaches it into `.grad`; a detached alias keeps the layout);
 - `ReplicateShardedData` counts host reads that assemble data spread over devices;
-- `CreateOpSharding` counts sharding objects made: one per (mesh, spec);
+- `CreateOpSharding` counts sharding objects made: one per Mesh object and spec;
 - `XLA_DUMP_POST_OPTIMIZATIONS=1` dumps the HLO as XLA compiled (partitioned) it.
 
 Values are checked against eager CPU.
@@ -59,15 +59,17 @@ def test_spec_strings_gradients_and_counters(spmd_run):
         torch.testing.assert_close(xw.cpu(), w)
         assert met.counter_value("ReplicateShardedData") == 1
 
-        # sharding objects are made once per (mesh, spec)
+        # sharding objects are made once per Mesh object and spec
         met.clear_all()
         for _ in range(3):
-            xs.mark_sharding(torch.randn(1, n).to("xla"), mesh, (None, 1))   # a spec not made before
+            xs.mark_sharding(torch.randn(1, n).to("xla"), mesh, (None, 1))   # not made by this mesh before
         assert met.counter_value("CreateOpSharding") == 1
         named = xs.Mesh(np.arange(n), (1, n), ("d", "m"))
         xs.mark_sharding(torch.randn(1, n).to("xla"), named, ("d", None))
         xs.mark_sharding(torch.randn(1, n).to("xla"), named, (0, None))   # the same spec by index
         assert met.counter_value("CreateOpSharding") == 2
+        xs.mark_sharding(torch.randn(1, n).to("xla"), xs.Mesh(np.arange(n), (1, n)), (None, 1))
+        assert met.counter_value("CreateOpSharding") == 3   # another Mesh object, as upstream
         assert mesh.get_op_sharding((0, 1)).sharding is mesh.get_op_sharding((0, 1)).sharding
         try:
             mesh.get_op_sharding((0, 2))

@@ -85,6 +85,7 @@ class Mesh:
         self.mesh_shape = mesh_shape
         self.axis_names = axis_names
         self._jax_mesh = None
+        self._shardings = {}   # translated partition spec -> NamedSharding (_named_sharding)
 
     def size(self):
         return int(np.prod(self.mesh_shape))
@@ -151,16 +152,13 @@ class Mesh:
 
     def _named_sharding(self, partition_spec):
         """The jax NamedSharding of `partition_spec` over this mesh, made once per
-        (mesh, spec): equal meshes and specs naming the same axes share it, and
-        each one made counts `CreateOpSharding` (upstream caches its OpSharding
-        protos alike). Invalid specs raise ValueError here."""
+        spec by each Mesh object (specs naming the same axes by name or index
+        share it); each one made counts `CreateOpSharding`, as upstream caches
+        its OpSharding objects per mesh. Invalid specs raise ValueError here."""
         spec = _translate(self, partition_spec)
-        key = (self, spec)
-        s = _SHARDINGS.get(key)
+        s = self._shardings.get(spec)
         if s is None:
-            if len(_SHARDINGS) >= _SHARDINGS_MAX:
-                _SHARDINGS.clear()
-            s = _SHARDINGS[key] = self._make_sharding(spec)
+            s = self._shardings[spec] = self._make_sharding(spec)
             _api.metrics.counter("CreateOpSharding")
         return s
 
@@ -176,10 +174,6 @@ class Mesh:
             else:
                 axes.append(names[p])
         return NamedSharding(self.get_jax_mesh(), PartitionSpec(*axes))
-
-
-_SHARDINGS = {}       # (Mesh, translated partition spec) -> NamedSharding
-_SHARDINGS_MAX = 4096
 
 
 class HybridMesh(Mesh):
