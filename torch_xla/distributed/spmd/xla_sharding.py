@@ -85,6 +85,7 @@ class Mesh:
         self.mesh_shape = mesh_shape
         self.axis_names = axis_names
         self._jax_mesh = None
+        self._shardings = {}   # translated partition spec -> NamedSharding (_named_sharding)
 
     def size(self):
         return int(np.prod(self.mesh_shape))
@@ -150,8 +151,19 @@ class Mesh:
         return OpSharding(self._named_sharding(spec), len(spec))
 
     def _named_sharding(self, partition_spec):
-        from jax.sharding import NamedSharding, PartitionSpec
+        """The jax NamedSharding of `partition_spec` over this mesh, made once per
+        spec by each Mesh object (specs naming the same axes by name or index
+        share it); each one made counts `CreateOpSharding`, as upstream caches
+        its OpSharding objects per mesh. Invalid specs raise ValueError here."""
         spec = _translate(self, partition_spec)
+        s = self._shardings.get(spec)
+        if s is None:
+            s = self._shardings[spec] = self._make_sharding(spec)
+            _api.metrics.counter("CreateOpSharding")
+        return s
+
+    def _make_sharding(self, spec):
+        from jax.sharding import NamedSharding, PartitionSpec
         names = self._jax_axis_names()
         axes = []
         for p in spec:

@@ -286,6 +286,9 @@ _group(
     Knob("PT_XLA_DEBUG_MAX_FRAME", INT, 8, LIVE, "Python frames printed per analysis"),
     Knob("XLA_IR_DEBUG", FLAG, False, IMPORT, "IR nodes record the user's line"),
     Knob("XLA_HLO_DEBUG", FLAG, False, IMPORT, "HLO op_name metadata carries the aten op and the user's line"),
+    Knob("XLA_DUMP_POST_OPTIMIZATIONS", FLAG, False, LIVE,
+         "HLO dumps (`_get_xla_tensors_hlo`, XLA_SAVE_TENSORS_FMT=hlo) show the graph as XLA compiled it "
+         "(optimized; partitioned in SPMD mode)"),
     Knob("XLA_GRAPH_SIZE_WARNING", INT, 4000, LIVE,
          "warn (once per user line) when a graph this large compiles; 0: never"),
     Knob("XLA_SAVE_TENSORS_FILE", PATH, "", LIVE, "append every executed graph to this file (STDOUT, STDERR)"),

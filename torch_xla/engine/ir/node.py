@@ -20,7 +20,9 @@ OP = 2        # an op
 
 
 class Node:
-    __slots__ = ("kind", "entry", "operands", "hash", "data", "exclusive", "__weakref__")
+    # `result` (DATA, SPMD mode only) is set on a program's outputs by result_node:
+    # left unset otherwise, so making a node costs nothing more; read it with getattr
+    __slots__ = ("kind", "entry", "operands", "hash", "data", "exclusive", "result", "__weakref__")
 
     def __init__(self, kind, entry, operands, h, data=None):
         self.kind = kind
@@ -83,6 +85,17 @@ def data_node(array, shape, dtype):
     if h is None:
         h = _data_hash_cache[key] = hash(("data",) + key)
     return Node(DATA, key, (), h, array)
+
+
+def result_node(array, shape, dtype):
+    """A data leaf holding a program's output. In SPMD mode it is marked as one
+    (`result`): a value the logical device computed is replicated over it, as
+    upstream's outputs are, even where it ran on one device (see
+    handlers/sharding.spec_string); an upload is not."""
+    node = data_node(array, shape, dtype)
+    if _spmd[0]:
+        node.result = True
+    return node
 
 
 _scalar_cache = {}

@@ -112,7 +112,7 @@ def run(graph_hash, tensors):
     outs = launch.launch(g, arrays, g.pool_arrays(), reason="cached graph", donors=[None] * len(arrays))
     metrics.value_metric("RunCachedGraphOutputData", len(outs))
     avals = [node.entry.out_avals[i] for node, i in g.roots]
-    return [new_base((ir.data_node(a, *aval), 0), aval) for a, aval in zip(outs, avals)]
+    return [new_base((ir.result_node(a, *aval), 0), aval) for a, aval in zip(outs, avals)]
 
 
 def clear_pending():

@@ -258,7 +258,7 @@ class Step:
         outs = launch.launch(self.graph, inputs, pools, reason="dynamo", donors=nodes)
         for i, aval, arr in zip(self.mut_index, self.mut_avals, outs):
             _storage(args[i]).computed(arr)
-        return [new_base((ir.data_node(arr, *aval), 0), aval)
+        return [new_base((ir.result_node(arr, *aval), 0), aval)
                 for aval, arr in zip(self.out_avals, outs[self.n_mut:])]
 
 

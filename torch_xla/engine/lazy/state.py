@@ -87,7 +87,7 @@ class Base:
         -> whether it was stored."""
         if expected is not None and self.value is not expected:
             return False
-        self.value = (ir.data_node(array, *self.aval), 0)
+        self.value = (ir.result_node(array, *self.aval), 0)
         self.gen += 1
         self.prev_data = None
         return True
@@ -158,7 +158,7 @@ class View:
     def computed(self, array, expected):
         """A barrier computed the view's value `expected` as `array`."""
         if self.value is expected:
-            self.value = (ir.data_node(array, *self.aval), 0)
+            self.value = (ir.result_node(array, *self.aval), 0)
             self.gen = self.base.gen
 
     def is_current(self):

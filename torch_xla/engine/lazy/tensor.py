@@ -184,14 +184,21 @@ class XLATensor(torch.Tensor):
     def __new__(cls, *args, **kwargs):
         raise TypeError("XLATensor is made by torch_xla; use tensor.to('xla')")
 
+    # the SPMD annotation (a jax sharding) handlers/sharding.py gives a tensor; None: none
+    _sharding = None
+
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if func is _DETACH and type(args[0]) is XLATensor:
             # autograd detaches every output it saves and again when it unpacks one, and
             # each gradient it stores (shallow_copy_and_detach of a Python tensor): an
             # alias of a base, made here with no handler lookup (views.alias otherwise)
-            s = args[0]._lazy
+            x = args[0]
+            s = x._lazy
             if type(s) is state.Base:
-                return new_view(s, (), s.aval, s.value, s.gen)
+                out = new_view(s, (), s.aval, s.value, s.gen)
+                if x._sharding is not None:   # same value, same layout (x.grad keeps it)
+                    out._sharding = x._sharding
+                return out
         if len(types) > 1 and any(ty is not XLATensor for ty in types):
             return NotImplemented   # a wrapper subclass among the args (XLAShardedTensor) unwraps first
         h = _handlers.get(func)

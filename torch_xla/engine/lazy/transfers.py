@@ -105,6 +105,10 @@ def to_cpu(t):
 def _host_value(arr, dtype):
     """A device array read back as a CPU tensor of `dtype`."""
     t0 = time.perf_counter_ns()
+    if len(arr.sharding.device_set) > 1:
+        # shards (or copies) on several devices read as one value (upstream's
+        # ReplicateShardedData, which counts every sharded handle it reads)
+        metrics.counter("ReplicateShardedData")
     with profiling.region(profiling.TRANSFER_FROM_DEVICE):
         host = topology.host_value(arr)
     out = numpy_to_torch(host, dtype)
@@ -197,7 +201,13 @@ def _equal(args, kwargs):
 
 @handler("detach.default", "alias.default", "lift_fresh.default")
 def _detach(args, kwargs):
-    return views.alias(args[0])
+    x = args[0]
+    out = views.alias(x)
+    # the alias reads the same value, so it has the same layout: an SPMD annotation
+    # goes with it (a gradient autograd detaches into x.grad keeps its sharding)
+    if x._sharding is not None:
+        out._sharding = x._sharding
+    return out
 
 
 @handler("detach_.default")

@@ -226,11 +226,13 @@ def _hlo_debug():
     return env_flag("XLA_HLO_DEBUG") or env_flag("XLA_IR_DEBUG")
 
 
-def lower(values):
+def lower(values, as_run=False):
     """jax Lowered for the graph computing `values` (abstract inputs: runs nothing).
     Lowered as a dump (`LoweringContext.dump`): collectives appear as HLO
     collectives over their replica groups, as upstream prints them, also in a
-    process that is not part of a multi-process job."""
+    process that is not part of a multi-process job. `as_run`: the unsharded
+    inputs of a graph over sharded data are replicated, as the SPMD strategy
+    compiles them (otherwise they carry no layout, as upstream prints them)."""
     import jax
     from ..base.dtypes import to_jax
     from ..runtime.platform import jax_platform
@@ -238,10 +240,18 @@ def lower(values):
     fn = g.build_fn(LoweringContext(jax_platform(), scope=op_scope if _hlo_debug() else None, dump=True))
     fn.__name__ = "IrToHlo"
     specs = g.input_specs(to_jax)
+    first = None
     for i, p in enumerate(g.params):   # sharded device data keeps its layout in the text
         sh = getattr(p.data, "sharding", None)
         if sh is not None and len(sh.device_set) > 1:
             specs[i] = jax.ShapeDtypeStruct(specs[i].shape, specs[i].dtype, sharding=sh)
+            first = first or sh
+    if as_run and first is not None:
+        from jax.sharding import NamedSharding, PartitionSpec
+        from ..runtime import topology
+        rep = NamedSharding(topology.mesh_of(first) or topology.spmd_mesh(), PartitionSpec())
+        specs = [x if getattr(x, "sharding", None) is not None else
+                 jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep) for x in specs]
     return jax.jit(fn).lower(*specs)
 
 
@@ -296,9 +306,15 @@ def _opcode_names(text):
 
 
 def to_hlo(values):
+    """HLO text of the graph computing `values`: as lowered, or with
+    XLA_DUMP_POST_OPTIMIZATIONS=1 as XLA compiles it (optimized and, for a
+    graph over sharded data, partitioned: the collectives the SPMD partitioner
+    inserted appear), as upstream compiles it for the dump."""
     if not _graph(values).roots:
         return ""
     with _gspmd_text():
+        if env_flag("XLA_DUMP_POST_OPTIMIZATIONS"):
+            return lower(values, as_run=True).compile().as_text()
         return _hlo_text(lower(values))
 
 

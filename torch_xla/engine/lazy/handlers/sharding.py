@@ -364,11 +364,22 @@ def spec_string(t):
         return "{manual}"
     s = current_sharding(t)
     if s is None:
-        # an output of a program over every device, laid out replicated by XLA
-        node = _base_data(base_of(t))
-        s = getattr(node.data, "sharding", None) if node is not None else None
-        return "{replicated}" if s is not None and len(s.device_set) > 1 else ""
+        return "{replicated}" if _replicated_result(t) else ""
     return format_sharding(s, t.dim())
+
+
+def _replicated_result(t):
+    """Whether t holds, unannotated, a value the logical SPMD device computed: an
+    output laid out replicated by XLA over every device, or of a program with no
+    sharded input, which ran once on the first device but stands for the same
+    value on each (upstream reports both `{replicated}`). Uploaded data is not."""
+    node = _base_data(base_of(t))
+    if node is None:
+        return False
+    s = getattr(node.data, "sharding", None)
+    if s is None:
+        return False
+    return len(s.device_set) > 1 or getattr(node, "result", False)
 
 
 def _ordinal(device):
@@ -400,7 +411,7 @@ def sharding_type(t):
         return MANUAL
     s = current_sharding(t)
     if s is None:
-        return None
+        return REPLICATED if _replicated_result(t) else None
     h = _hlo(s, t.dim())
     if h.is_replicated():
         return REPLICATED
