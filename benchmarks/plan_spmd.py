@@ -137,7 +137,10 @@ def build_model(cfg, dtype):
             rep = nh // nkv
             k = k[:, :, None].expand(b, nkv, rep, s, hd).reshape(b, nh, s, hd)
             v = v[:, :, None].expand(b, nkv, rep, s, hd).reshape(b, nh, s, hd)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            # causal attention written out: one (S, S) mask shared by every head
+            mask = torch.full((s, s), float("-inf"), device=x.device).triu(1)
+            scores = (q @ k.transpose(-1, -2)).float() * (1.0 / math.sqrt(hd)) + mask
+            a = torch.softmax(scores, dim=-1).to(v.dtype) @ v
             x = self.constrain(x + self.wo(a.transpose(1, 2).reshape(b, s, nh * hd)))
             y = self.mlp_norm(x)
             return self.constrain(x + self.down(F.silu(self.gate(y)) * self.up(y)))
@@ -171,6 +174,10 @@ def param_spec(name, shape, axes):
     parallel wo/down on their input dimension) and FSDP over `data` on the other
     dimension; norms over `data`."""
     names = [a for a, _ in axes]
+    if name == "embed.weight":
+        # hidden over the batch axis (and vocab over `model`): the lookup's gradient
+        # is a scatter into this device's slice, never into a whole table
+        return ("model", "data") if "model" in names else (None, names[0])
     if names == ["fsdp"]:
         return ("fsdp",) + (None,) * (len(shape) - 1)
     data = "data" if "data" in names else None
@@ -258,7 +265,7 @@ def plan(a):
 
     model = build_model(cfg, dtype)
     model.remat = not a.no_remat
-    resid_spec = (batch_axis, None, None)
+    resid_spec = (batch_axis, None, None)   # the residual stream: batch over the batch axis
 
     def constrain(x):
         return xs.mark_sharding_with_gradients(x, mesh, resid_spec)
