@@ -437,6 +437,22 @@ def warm_up_cache(tensors):
         cached_graphs.warm_up(tensors, graph_hash(tensors))
 
 
+def compile_pending(tensors=None):
+    """Compile without running the graph a barrier would run now (tensors=None:
+    every pending tensor, with its donation) or of `tensors`; placeholders are
+    inputs of the layout mark_sharding gave them. -> the compiled program
+    (`memory_analysis()`, `as_text()`, `cost_analysis()`)."""
+    _, exe = _executor.compile_pending(tensors)
+    return exe.compiled
+
+
+def hlo_collectives(hlo_text):
+    """The collectives of a compiled HLO module, each counted as often as it runs
+    in one execution (a loop's body times its known trip count):
+    [(kind, count, bytes per device per execution)]."""
+    return _spmd_report.collectives_per_run(hlo_text)
+
+
 def run_cached_graph(h, tensors):
     from .lazy import cached_graphs
     return cached_graphs.run(h, tensors)

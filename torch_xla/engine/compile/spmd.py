@@ -71,8 +71,9 @@ class SpmdJit(LocalJit):
         fn = graph.build_fn(ctx)
         shardings = self.in_shardings(inputs, mesh)
         # an input laid out over another device order is moved at each call (_Placed)
+        # (an abstract input without a layout, compiled ahead of its data, is replicated)
         args = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
-                if getattr(x, "sharding", s) != s and len(x.sharding.device_set) > 1 else x
+                if getattr(x, "sharding", None) not in (None, s) and len(x.sharding.device_set) > 1 else x
                 for x, s in zip(inputs, shardings)]
         compiled = _compile(jax.jit(fn, in_shardings=shardings, donate_argnums=graph.donated).lower(*args),
                             graph, cpu_rules=False)

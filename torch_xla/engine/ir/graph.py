@@ -22,7 +22,7 @@ import numpy as np
 from ..base.dtypes import TORCH_TO_JAX, settle
 from ..ops.context import LoweringContext, lowering
 from ..ops.op import apply_entry
-from .node import DATA, OP
+from .node import DATA, OP, layout_of
 
 _XLA_DTYPES = {
     "bool": "pred", "int8": "s8", "int16": "s16", "int32": "s32", "int64": "s64",
@@ -258,9 +258,9 @@ class Graph:
             data = p.data
             if data is not None and hasattr(data, "shape") and hasattr(data, "dtype"):
                 specs.append(jax.ShapeDtypeStruct(tuple(data.shape), data.dtype))
-            else:
+            else:   # a placeholder, in the layout mark_sharding gave it (if any)
                 shape, dtype = p.entry
-                specs.append(jax.ShapeDtypeStruct(tuple(shape), to_jax(dtype)))
+                specs.append(jax.ShapeDtypeStruct(tuple(shape), to_jax(dtype), sharding=layout_of(p)))
         specs += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.pool_arrays()]
         return specs
 

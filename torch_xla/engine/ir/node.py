@@ -10,6 +10,7 @@ A node's hash is computed once, when it is made, from its op entry's static
 hash and its operands' hashes. Two data leaves of the same shape hash alike;
 the executor tells them apart by position when it hashes a whole graph.
 """
+import weakref
 
 from ..base import config, frames
 from ..runtime.topology import _spmd
@@ -69,10 +70,7 @@ def sharding_key(array):
     return k or None
 
 
-def data_node(array, shape, dtype):
-    """A leaf holding device data with torch shape/dtype (shape: tuple, dtype: torch.dtype).
-    In SPMD mode the array's sharding is part of the leaf's hash (so of the graph key)."""
-    key = (shape, dtype)
+def _leaf_hash(key, array):
     if _spmd[0]:
         sk = sharding_key(array)
         if sk is not None:
@@ -80,11 +78,45 @@ def data_node(array, shape, dtype):
             h = _data_hash_cache.get(hk)
             if h is None:
                 h = _data_hash_cache[hk] = hash(("data",) + hk)
-            return Node(DATA, key, (), h, array)
+            return h
     h = _data_hash_cache.get(key)
     if h is None:
         h = _data_hash_cache[key] = hash(("data",) + key)
-    return Node(DATA, key, (), h, array)
+    return h
+
+
+def data_node(array, shape, dtype):
+    """A leaf holding device data with torch shape/dtype (shape: tuple, dtype: torch.dtype).
+    In SPMD mode the array's sharding is part of the leaf's hash (so of the graph key)."""
+    key = (shape, dtype)
+    return Node(DATA, key, (), _leaf_hash(key, array), array)
+
+
+class _Layout:
+    """What sharding_key reads of an array: its shape and sharding."""
+    __slots__ = ("shape", "sharding")
+
+    def __init__(self, shape, sharding):
+        self.shape = shape
+        self.sharding = sharding
+
+
+_layouts = weakref.WeakKeyDictionary()   # placeholder leaf -> the sharding it was laid out with
+
+
+def placeholder_node(shape, dtype, sharding):
+    """A leaf with no data (a placeholder) laid out as `sharding` over the SPMD
+    devices: it compiles as an input of that layout (`layout_of`) and the layout
+    is part of its hash, as for device data."""
+    key = (shape, dtype)
+    node = Node(DATA, key, (), _leaf_hash(key, _Layout(shape, sharding)), None)
+    _layouts[node] = sharding
+    return node
+
+
+def layout_of(node):
+    """The sharding a placeholder leaf was laid out with (placeholder_node), or None."""
+    return _layouts.get(node)
 
 
 def result_node(array, shape, dtype):

@@ -176,6 +176,40 @@ def sync(tensors=None, wait=False, reason="user", donate_marked=False):
     return bases
 
 
+def compile_pending(tensors=None, reason="compile only"):
+    """Compile, without running anything, the graph a full barrier would run now
+    (tensors=None: every live pending tensor) or the graph of `tensors`' pending
+    values, with the donation that barrier would make (parameters written in
+    place give their buffers to their new values); -> (graph, executable).
+
+    Placeholder leaves (no data) are abstract inputs laid out as mark_sharding
+    laid them out, so a step over parameters that exist nowhere compiles as it
+    would over real ones. The tensors keep their pending values."""
+    with launch.lock:
+        if tensors is None:
+            bases = state.live_pending()
+        else:
+            bases, seen = [], set()
+            for t in tensors:
+                b = state.base_of(t)
+                if id(b) not in seen and b.is_pending:
+                    seen.add(id(b))
+                    bases.append(b)
+        if not bases:
+            raise RuntimeError("torch_xla: compile_pending: no pending tensor to compile")
+        g = Graph.capture([b.value for b in bases])
+        if config.read("XLA_ENABLE_PARAM_ALIASING"):
+            writers = _writers(bases)
+            g.donate(i for i, p in enumerate(g.params) if id(p) in writers and p.exclusive)
+            perm = _donor_order(g, writers) if g.donated else None
+            if perm is not None:
+                g.permute_roots(perm)
+        specs = g.input_specs(to_jax)
+        inputs = [p.data if p.data is not None else spec for p, spec in zip(g.params, specs)]
+        exe, _ = launch.prepare(g, inputs + specs[len(g.params):], reason)
+        return g, exe
+
+
 def materialize(value, aval, device=0):
     """The jax.Array for one IR value on xla:<device> (runs only the graph it needs)."""
     node = value[0]

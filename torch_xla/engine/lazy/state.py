@@ -108,10 +108,11 @@ class Base:
         self.gen += 1
         self.prev_data = None
 
-    def placed(self, array):
+    def placed(self, array, leaf=None):
         """The data was laid out anew (an SPMD annotation of device data): same
-        value, another buffer, never donated as the old one."""
-        self.value = (ir.data_node(array, *self.aval), 0)
+        value, another buffer, never donated as the old one. `leaf`: the new
+        data node itself (a placeholder laid out, ir.placeholder_node)."""
+        self.value = (leaf if leaf is not None else ir.data_node(array, *self.aval), 0)
         self.gen += 1
         self.prev_data = None
 

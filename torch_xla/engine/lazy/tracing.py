@@ -22,7 +22,7 @@ from ..ir.node import _scalar_cache
 from ..ops import checks, registry
 from ..ops.context import ctx  # noqa: F401  (rules and handlers read it)
 from ..ops.op import OpEntry, OpInfo, Slot, apply_entry  # noqa: F401
-from ..runtime import platform
+from ..runtime import platform, topology
 from .state import Base
 from .tensor import XLATensor, new_base
 
@@ -395,11 +395,13 @@ def _check_size(info, avals, args, kwargs):
     if info.func is not None and any(r.alias_info is not None for r in info.func._schema.returns):
         return
     limit = platform.device_memory_bytes()
+    if topology.mode() == topology.SPMD:   # a value may be sharded over every device
+        limit *= topology.spmd_device_count()
     if nbytes > limit:
         shapes = ", ".join(f"{_short_dtype(dt)}{list(shape)}" for shape, dt in avals)
         raise with_note(RuntimeError(f"Error preparing computation: Out of memory allocating {nbytes} bytes."),
                         f"[torch_xla] aten::{info.name} would produce {shapes}, more than the "
-                        f"{limit} bytes the device holds, at {where()}")
+                        f"{limit} bytes the device(s) hold, at {where()}")
 
 
 def _short_dtype(dt):

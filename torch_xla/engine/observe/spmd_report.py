@@ -64,6 +64,69 @@ def collectives(hlo_text):
     return found
 
 
+_COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
+_CALLS = re.compile(r"\b(body|to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+
+
+def collectives_per_run(hlo_text):
+    """The collectives one execution of a compiled HLO module performs:
+    [(kind, count, bytes per device)], by kind. A collective inside a loop body
+    counts once per iteration (the while's known trip count; once when XLA
+    does not know it), inside a called computation once per call."""
+    comps, entry, cur = {}, None, None
+    for line in hlo_text.splitlines():
+        m = _COMP.match(line)
+        if m is not None and " = " not in line.split("{")[0]:
+            cur = comps.setdefault(m.group(2), ([], []))
+            if m.group(1):
+                entry = m.group(2)
+            continue
+        if cur is None:
+            continue
+        m = _INSTR.match(line)
+        if m is not None:
+            arrays = _arrays(m.group(1))
+            if arrays:
+                if m.group(3):
+                    arrays = [max(arrays, key=lambda a: _nbytes(*a))]
+                cur[0].append((m.group(2), sum(_nbytes(*a) for a in arrays)))
+            continue
+        if "=" not in line:
+            continue
+        trips = _TRIPS.search(line)
+        n = int(trips.group(1)) if trips is not None and "while(" in line else 1
+        for what, name in _CALLS.findall(line):
+            cur[1].append((name, n if what == "body" else 1))
+        b = _BRANCHES.search(line)
+        if b is not None:
+            for name in b.group(1).split(","):
+                cur[1].append((name.strip().lstrip("%"), 1))
+    totals = {}
+    memo = {}
+
+    def walk(name, depth=0):
+        if name in memo:
+            return memo[name]
+        out = {}
+        comp = comps.get(name)
+        if comp is not None and depth < 64:
+            for kind, nbytes in comp[0]:
+                c, b = out.get(kind, (0, 0))
+                out[kind] = (c + 1, b + nbytes)
+            for child, n in comp[1]:
+                for kind, (c, b) in walk(child, depth + 1).items():
+                    c0, b0 = out.get(kind, (0, 0))
+                    out[kind] = (c0 + n * c, b0 + n * b)
+        memo[name] = out
+        return out
+
+    if entry is not None:
+        totals = walk(entry)
+    return [(k, totals[k][0], totals[k][1]) for k in _KINDS if k in totals]
+
+
 def _fmt_bytes(n):
     for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if n >= size:

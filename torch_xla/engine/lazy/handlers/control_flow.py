@@ -134,7 +134,10 @@ class _FnNode(torch.autograd.Function):
             fwd, _bwd = split
             res = _trace(fwd, ops)
             n = len(spec.out_avals)
-            outs, ctx.residuals = res[:n], res[n:]
+            outs = res[:n]
+            # saved, not kept on ctx: autograd frees them after the backward, so a
+            # step's barrier does not return every layer's residuals as outputs
+            ctx.save_for_backward(*res[n:])
         else:
             outs = _trace(spec, ops)
             ctx.save_for_backward(*tensors)
@@ -155,7 +158,7 @@ class _FnNode(torch.autograd.Function):
                 return torch.zeros(spec.out_avals[i][0], dtype=spec.out_avals[i][1], device="xla")
             cts = [ct(i) for i in ctx.fouts]
             if ctx.split is not None:
-                gs = apply(ctx.split[1], list(ctx.residuals) + cts)
+                gs = apply(ctx.split[1], list(ctx.saved_tensors) + cts)
             else:
                 tensors = ctx.saved_tensors
                 gs = apply(vjp_spec(spec, ctx.diff, ctx.fouts), _merge(ctx.slots, tensors) + cts)

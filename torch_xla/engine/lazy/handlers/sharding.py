@@ -22,7 +22,7 @@ from ...ops.context import ctx
 from ...ops.op import OpInfo
 from ...ops.registry import handler
 from ...runtime import topology
-from .. import views
+from .. import donation, views
 from ..dispatch import functional_handler
 from ..tracing import op_info
 from ..state import base_of, value_of, whole_base
@@ -276,6 +276,14 @@ def _base_data(b):
     return None
 
 
+def _is_placeholder(b):
+    """Whether Base b (or None) holds a placeholder: a data leaf with no data that
+    no graph consumed (a donated buffer is no placeholder)."""
+    if b is None or b.value[0].kind != ir.DATA or b.value[0].data is not None:
+        return False
+    return not donation.is_consumed(b.value[0])
+
+
 def is_even(sharding, shape):
     """Whether every dimension of `shape` divides over its share of the mesh."""
     try:
@@ -298,6 +306,10 @@ def _place(t, sharding, remember):
     if node is not None:
         layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
         whole.placed(topology.lay_out(node.data, layout))
+    elif _is_placeholder(whole) and isinstance(sharding, NamedSharding):
+        # no data to move: the placeholder compiles as an input of that layout
+        layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
+        whole.placed(None, ir.placeholder_node(whole.aval[0], whole.aval[1], layout))
     else:
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
         views.assign(t, (out, 0))
