@@ -76,6 +76,9 @@ assert met.metric_data("TransferToDeviceTime") is None
 assert t.sum().item() == 15.0
 assert met.metric_data("TransferToDeviceTime")[0] == 1   # t.sum() needed it on the device
 
+idx = torch.nonzero(t > 2)       # computed on the host: its result stays there too
+assert "Tensor on host: with size [3, 2]" in info(idx) and idx.tolist() == [[1, 0], [1, 1], [1, 2]]
+
 u = torch.ones(3).to('xla')
 assert "Tensor on host: with size [3]" in info(u)
 v = u * 2                        # its first use in a graph uploads it

@@ -195,7 +195,8 @@ def is_manual(t):
 
 def _as_manual(t, what):
     """(node, entry) of t's value seen as manual: each device's copy its own."""
-    if _base_data(whole_base(t)) is not None:
+    whole = whole_base(t)
+    if _base_data(whole) is not None or (whole is not None and host.held(whole) is not None):
         raise RuntimeError(f"{what}: device data (shape {list(t.shape)}) cannot be marked manual; "
                            "use enable_manual_sharding, or mark the result of an op")
     s = current_sharding(t)
