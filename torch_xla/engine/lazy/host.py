@@ -153,7 +153,7 @@ def upload_held():
     if not _held:
         return
     refs = _held[:]
-    _held.clear()
+    del _held[:len(refs)]    # a loader thread may have added one meanwhile
     for r in refs:
         node = r()
         if node is not None and node.host is not None:

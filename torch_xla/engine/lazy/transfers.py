@@ -33,7 +33,7 @@ def upload_node(cpu, device_index=None):
     if cpu.layout is not torch.strided:
         raise RuntimeError(f"torch_xla: sparse tensors are not supported on the XLA device (layout {cpu.layout}, "
                            f"shape {list(cpu.shape)}); convert with .to_dense() first")
-    if device_index is None and topology.spmd_enabled():
+    if topology.spmd_enabled():   # one logical device: xla:0
         return host.hold(cpu)
     return ir.data_node(upload_array(cpu, device_index), tuple(cpu.shape), cpu.dtype)
 
