@@ -102,7 +102,7 @@ def test_the_checker_sees_an_upward_import(tmp_path):
 # Lowest first. A module imports only modules before it (and what lies below the
 # layer); the handlers package comes after its modules, which it imports.
 LAZY_ORDER = [
-    "mode", "autograd_errors", "exec_time", "state", "serialize", "tensor", "tracing",
+    "mode", "autograd_errors", "exec_time", "state", "host", "serialize", "tensor", "tracing",
     "index_checks", "views", "device_groups", "donation", "launch", "executor", "eager",
     "transfers", "fallback", "autocast", "dispatch", "subgraph",
     "handlers.random", "handlers.data_dependent", "handlers.batch_norm", "handlers.misc",

@@ -199,32 +199,46 @@ def _get_xla_tensor_shape_type(tensor):
 
 
 def _get_xla_tensor_debug_info(tensor):
-    """Upstream's debug text of an XLA tensor: its IR value (when it has pending
-    ops) or its device data (when it holds a buffer)."""
+    """Upstream's debug text of an XLA tensor: its IR value (pending ops, or the
+    `xla::device_data` leaf of data that joined IR or carries a sharding), its
+    device data, and its value on the host (SPMD mode keeps a tensor moved to the
+    device there until a sharding or a graph needs it). In SPMD mode the device
+    is upstream's virtual `SPMD:0`, and unsharded data is its replicated value
+    (one buffer here: programs that need it on every device replicate it)."""
     if not _api.is_xla_tensor(tensor):
         return "Not a XLATensor\n"
     node = _api.value_node(tensor)
+    spmd = _api.topology.spmd_enabled()
+    device = "SPMD:0" if spmd else "xla:0"
     shape_text = _xla_shape_text(tuple(tensor.shape), tensor.dtype)
     spec = _api.sharding_spec_string(tensor) or "None"
-    lines = ["XLATensor {", f"TensorID: {id(tensor)}", "Device: xla:0",
+    lines = ["XLATensor {", f"TensorID: {id(tensor)}", f"Device: {device}",
              f"XLA Shape: {shape_text}", f"ShardingSpec: {spec}"]
+    on_host = _api.held_on_host(node)
+    is_data = _api.is_data_node(node)
     if _api.is_pending_node(node):
         lines.append(f"IR: [] {_api.op_name(node.entry)}, xla_shape={shape_text}")
+    elif is_data and not on_host and (_api.uploaded_for_ir(node) or (spmd and spec != "None")):
+        lines.append(f"IR: [] xla::device_data, xla_shape={shape_text}, device={device}")
     else:
         lines.append("IR: None")
-    devices = getattr(getattr(node.data, "sharding", None), "device_set", ()) if _api.is_data_node(node) else ()
-    if len(devices) > 1:   # one buffer per device: upstream's sharded data
+    data = node.data if is_data and not on_host else None
+    devices = getattr(getattr(data, "sharding", None), "device_set", ())
+    if on_host:
+        lines.append("XLAData: None")
+    elif len(devices) > 1 or (spmd and data is not None):   # upstream's sharded data of the SPMD device
         lines += ["XLAShardedData: ", "  Data Device: SPMD:0", f"  Data Shape: {shape_text}",
                   f"  OpSharding: {spec if spec != 'None' else '{replicated}'}", f"  NumShards: {len(devices)}"]
-    elif _api.is_data_node(node) and node.data is not None:
+    elif data is not None:
         lines += ["XLAData: ", f"  Data Device: {_xla_get_default_device()}",
-                  f"  Data Shape: {shape_text}", f"  Data Handle: {id(node.data)}"]
-    elif _api.is_data_node(node):   # a donated buffer, or a placeholder
+                  f"  Data Shape: {shape_text}", f"  Data Handle: {id(data)}"]
+    elif is_data:   # a donated buffer, or a placeholder
         lines += ["XLAData: ", f"  Data Device: {_xla_get_default_device()}",
                   f"  Data Shape: {shape_text}", "  Data Handle: Deleted"]
     else:
         lines.append("XLAData: None")
-    lines += ["Tensor on host: None", "}"]
+    size = "[" + ", ".join(str(int(d)) for d in tensor.shape) + "]"
+    lines += [f"Tensor on host: with size {size}" if on_host else "Tensor on host: None", "}"]
     return "\n".join(lines) + "\n"
 
 

@@ -69,9 +69,10 @@ def addressable_device_count():
 
 
 def global_device_count():
-    """Devices in the whole job."""
-    if is_spmd():
-        return global_runtime_device_count()
+    """Devices in the whole job. In SPMD mode the one logical device (upstream's
+    `SPMD:0`); global_runtime_device_count() counts the devices behind it."""
+    if _api.topology.spmd_enabled():
+        return 1
     return world_size()
 
 
@@ -94,7 +95,10 @@ def get_master_ip():
 
 
 def is_spmd():
-    return _api.topology.spmd_enabled()
+    """Whether XLA_USE_SPMD is set, as upstream reads it (use_spmd() sets it).
+    Deleting it turns the answer off, not the mode: tensors made in SPMD mode stay
+    on the SPMD device, as upstream's do."""
+    return _api.config.read("XLA_USE_SPMD")
 
 
 def use_spmd(auto=False):

@@ -597,7 +597,7 @@ def send_cpu_data_to_device(datas, device, input_sharding=None):
         datas = [datas]
 
     def convert(ts):
-        if xr.is_spmd():
+        if _api.topology.spmd_enabled():
             # upstream: by input_sharding where the rank fits (minibatch: this host's rows,
             # checked for every tensor first), else replicated ('{replicated}')
             from torch_xla.distributed.spmd import xla_sharding as xs

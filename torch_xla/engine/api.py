@@ -14,6 +14,7 @@ from .compile import cache as _cache
 from .ir import node as _node
 from .ir.graph import Graph
 from .lazy import executor as _executor
+from .lazy import host as _host
 from .lazy import launch as _launch
 from .lazy import mode as _mode
 from .lazy import state as _state
@@ -318,6 +319,17 @@ def is_pending_node(node):
 
 def is_data_node(node):
     return node.kind == _node.DATA
+
+
+def held_on_host(node):
+    """Whether data leaf `node` still holds its value on the host (SPMD mode keeps
+    a tensor moved to the device there until a sharding or a graph needs it)."""
+    return _host.is_held(node)
+
+
+def uploaded_for_ir(node):
+    """Whether data leaf `node` was held on the host and uploaded for its first use in IR."""
+    return _host.was_held(node)
 
 
 def export_array(t):

@@ -342,7 +342,7 @@ def _xla_tensor(t):
 
 
 def _require_spmd():
-    if not xr.is_spmd():
+    if not _api.topology.spmd_enabled():   # the runtime's mode (xr.is_spmd() reads the env var)
         raise RuntimeError("sharding needs SPMD mode: call torch_xla.runtime.use_spmd() first")
 
 

@@ -8,6 +8,8 @@ it: a module imports only modules above it in this list, never in a function):
   exec_time.py       ExecuteTime measured to the end of each run
   state.py           what a tensor holds: Base (its value) or View (of a Base);
                      the one writer of that state, and the pending registries
+  host.py            values kept on the host until the devices need them (SPMD's
+                     virtual device); the one host-to-device transfer of user data
   serialize.py       torch.save / torch.load of XLA tensors
   tensor.py          XLATensor: __torch_dispatch__ through a handler table,
                      new_base / new_view, model.to(xla)'s swap

@@ -21,7 +21,7 @@ from ..base.dtypes import to_jax
 from ..ir import node as ir
 from ..ir.graph import Graph, xla_shape
 from ..runtime import topology
-from . import device_groups, donation, index_checks, launch, mode, state
+from . import device_groups, donation, host, index_checks, launch, mode, state
 from .state import value_of
 
 step_closures = []
@@ -166,6 +166,8 @@ def sync(tensors=None, wait=False, reason="user", donate_marked=False):
             for view, v, arr in zip(views, vvals, outs[len(values):]):
                 view.computed(arr, v)
             metrics.metric("WrapXlaData", time.perf_counter_ns() - t_wrap)
+        if full:
+            host.upload_held()   # tensors still on the host (SPMD) go to the device, as upstream's sync
         if wait:
             for b in bases:
                 node = b.data_node()

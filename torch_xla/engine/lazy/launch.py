@@ -88,7 +88,9 @@ def launch(graph, params, pools, reason, device=0, donors=None):
         except Exception as e:
             _raise_failed(graph, "run", e)
         exec_time.launched(exe.metric, t0, outs)
-        if exe.metric != "ExecuteTime":
+        if exe.metric != "ExecuteTime" or topology.spmd_enabled():
+            # upstream counts every run of the SPMD device's programs (one that reads
+            # no sharded data runs on one device here: each would compute the same)
             metrics.counter("ExecuteReplicated")
         if events.wanted("executed"):
             events.emit("executed", graph=graph, executable=exe, reason=reason)

@@ -7,16 +7,15 @@ import math
 import time
 
 import jax
-import numpy as np
 import torch
 
 from ..base import events, metrics, profiling
-from ..base.dtypes import numpy_to_torch, storage_array, torch_to_numpy
+from ..base.dtypes import numpy_to_torch, storage_array, torch_to_numpy  # noqa: F401  (api.storage_numpy)
 from ..ir import node as ir
 from ..ops.op import fill_args
 from ..ops.registry import handler
 from ..runtime import topology
-from . import device_groups, views
+from . import device_groups, host, views
 from .device_groups import check_index
 from .executor import materialize, sync
 from .state import Base, value_of
@@ -24,26 +23,18 @@ from .tensor import XLATensor, new_base
 
 
 def upload_array(cpu, device_index=None):
-    t0 = time.perf_counter_ns()
-    arr = storage_array(torch_to_numpy(cpu), cpu.dtype)
-    topology.lock()
     dev = topology.upload_device() if device_index is None else topology.device_for(device_index)
-    with profiling.region(profiling.TRANSFER_TO_DEVICE):
-        out = jax.device_put(np.array(arr, copy=True), dev)
-    took = time.perf_counter_ns() - t0
-    metrics.metric("TransferToDeviceTime", took)
-    metrics.metric("TensorToData", took)   # upstream: a CPU tensor made device data
-    metrics.metric("OutboundData", arr.nbytes, kind="bytes")
-    if events.wanted("transferred"):
-        events.emit("transferred", direction="to_device", shape=tuple(cpu.shape), dtype=cpu.dtype,
-                    nbytes=arr.nbytes, devices=(dev,))
-    return out
+    return host.transfer(host.host_array(cpu), dev, tuple(cpu.shape), cpu.dtype)
 
 
 def upload_node(cpu, device_index=None):
+    """A data leaf holding CPU tensor `cpu`'s value. In SPMD mode the value stays
+    on the host until a sharding or a graph needs it (lazy/host.py)."""
     if cpu.layout is not torch.strided:
         raise RuntimeError(f"torch_xla: sparse tensors are not supported on the XLA device (layout {cpu.layout}, "
                            f"shape {list(cpu.shape)}); convert with .to_dense() first")
+    if topology.spmd_enabled():   # one logical device: xla:0
+        return host.hold(cpu)
     return ir.data_node(upload_array(cpu, device_index), tuple(cpu.shape), cpu.dtype)
 
 
@@ -69,18 +60,22 @@ def _host_view(t):
     None when the base is large next to the view, or a step has no aten op."""
     view = t._lazy
     base = view.base
+    kept = host.held(base)   # a base still on the host is read there, whatever its size
     shape, dtype = base.aval
     numel = math.prod(shape)
-    if numel * dtype.itemsize > _HOST_VIEW_BYTES and t.numel() * 4 < numel:
+    if kept is None and numel * dtype.itemsize > _HOST_VIEW_BYTES and t.numel() * 4 < numel:
         return None
     steps = view.chain
     if any(entry.info.func is None for entry, _ in steps):
         return None
-    v = base.value
-    arr = materialize(v, base.aval, base.device if device_groups.active else 0)
-    if v[0].kind == ir.OP:
-        base.computed(arr, expected=v)
-    out = _host_value(arr, base.aval[1])
+    if kept is not None:
+        out = host.read(kept)
+    else:
+        v = base.value
+        arr = materialize(v, base.aval, base.device if device_groups.active else 0)
+        if v[0].kind == ir.OP:
+            base.computed(arr, expected=v)
+        out = _host_value(arr, base.aval[1])
     try:
         for entry, idx in steps:
             args, kwargs = fill_args(entry, [out])
@@ -99,6 +94,10 @@ def to_cpu(t):
         out = _host_view(t)
         if out is not None:
             return out
+    else:
+        kept = host.held(s if type(s) is Base else s.base)
+        if kept is not None:   # still on the host (SPMD): a copy, no transfer
+            return host.read(kept)
     return _host_value(device_array(t), s.aval[1])
 
 

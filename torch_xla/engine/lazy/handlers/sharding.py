@@ -22,7 +22,7 @@ from ...ops.context import ctx
 from ...ops.op import OpInfo
 from ...ops.registry import handler
 from ...runtime import topology
-from .. import donation, views
+from .. import donation, host, views
 from ..dispatch import functional_handler
 from ..tracing import op_info
 from ..state import base_of, value_of, whole_base
@@ -195,7 +195,8 @@ def is_manual(t):
 
 def _as_manual(t, what):
     """(node, entry) of t's value seen as manual: each device's copy its own."""
-    if _base_data(whole_base(t)) is not None:
+    whole = whole_base(t)
+    if _base_data(whole) is not None or (whole is not None and host.held(whole) is not None):
         raise RuntimeError(f"{what}: device data (shape {list(t.shape)}) cannot be marked manual; "
                            "use enable_manual_sharding, or mark the result of an op")
     s = current_sharding(t)
@@ -270,8 +271,10 @@ def _watch_manual():
 
 
 def _base_data(b):
-    """The data node behind Base b, or None when b is None, or its value pending or a scalar."""
-    if b is not None and b.value[0].kind == ir.DATA and b.value[0].data is not None:
+    """The data node behind Base b, or None when b is None, or its value pending, a
+    scalar or still on the host (asking would upload it)."""
+    if b is not None and b.value[0].kind == ir.DATA and not host.is_held(b.value[0]) \
+            and b.value[0].data is not None:
         return b.value[0]
     return None
 
@@ -302,6 +305,12 @@ def _place(t, sharding, remember):
     cannot hold padded shards: such device data is kept whole on every device,
     and the tensor remembers the annotation for its spec string and shards."""
     whole = whole_base(t)
+    kept = host.held(whole) if whole is not None else None
+    if kept is not None:   # still on the host: each device receives its shard from there
+        layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
+        whole.placed(host.place(kept, layout))
+        t._sharding = remember
+        return
     node = _base_data(whole)
     if node is not None:
         layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
