@@ -63,9 +63,12 @@ def _finished(outs):
 def _close(item, now):
     """Complete `item`'s sample at `now`, unless settle() or the watcher already did."""
     with _lock:
-        try:
-            _pending.remove(item)
-        except ValueError:
+        # by identity: deque.remove would compare the outputs' arrays with ==
+        for i, x in enumerate(_pending):
+            if x is item:
+                del _pending[i]
+                break
+        else:
             return
     metrics.close_sample(item[0], now - item[1])
 
