@@ -168,6 +168,25 @@ def graph_text(tensors, fmt="text"):
             "stablehlo": _dump.to_stablehlo}[fmt](g)
 
 
+def lowering_context(name="PyLoweringContext"):
+    """Upstream's Python LoweringContext: build(tensors), then hlo() (a serialized
+    HloModuleProto), hlo_text(), hlo_json() and the parameters' tensors."""
+    from .observe.lowering import ModuleLowering
+    return ModuleLowering(name)
+
+
+def hlo_module_text(proto):
+    """HLO text of a serialized HloModuleProto (upstream's spelling)."""
+    return _dump.module_proto_hlo(proto)
+
+
+def hlo_module_program_shape(proto):
+    """([(shape, jax dtype)] of the parameters, the same of the results) of a
+    serialized HloModuleProto."""
+    from .observe import hlo_proto
+    return hlo_proto.program_shape(proto)
+
+
 def stablehlo_text(tensors=None):
     return _dump.stablehlo_text(tensors)
 
