@@ -66,6 +66,17 @@ def full_barriers():
     return tuple(_executor.full_barriers)
 
 
+def watch_outputs(tensors):
+    """Watch the device data XLA tensors hold now until the next full barrier."""
+    _executor.watch_values([_state.value_of(t) for t in tensors])
+
+
+def barrier_read_watched(number):
+    """Whether full barrier `number` (as full_barriers() counted it) ran a graph
+    that read data watched (watch_outputs) since the barrier before it."""
+    return _executor.barrier_read_watched(number)
+
+
 def wait_device_ops():
     _executor.wait_device_ops()
 
