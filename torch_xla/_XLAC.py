@@ -543,3 +543,68 @@ def _set_ir_debug(enable):
         raise NotImplementedError(
             "torch_xla: IR debug information is chosen at import (XLA_IR_DEBUG=1 or XLA_HLO_DEBUG=1 "
             "before `import torch_xla`); it cannot be switched in a running process")
+
+
+# -- lowering: upstream's `torch_xla._XLAC.lowering` submodule ---------------------
+
+class LoweringContext:
+    """The graph computing some XLA tensors lowered to an HLO module, without
+    running it: `build(tensors)`, then `hlo()` (a serialized HloModuleProto),
+    `hlo_text()` (its protobuf text format), `hlo_json()`, and the tensors that
+    feed its parameters."""
+
+    def __init__(self, name="PyLoweringContext"):
+        self._ctx = _api.lowering_context(name)
+
+    def build(self, tensors):
+        self._ctx.build(list(tensors))
+
+    def buildforiloop(self, tensors, additional_inputs_list=()):
+        raise NotImplementedError(
+            "LoweringContext.buildforiloop: while-loop bodies are not built from HLO here; "
+            "torch_xla.experimental.fori_loop / while_loop trace their bodies directly")
+
+    def hlo(self):
+        return self._ctx.hlo()
+
+    def hlo_text(self):
+        return self._ctx.hlo_text()
+
+    def hlo_json(self):
+        return self._ctx.hlo_json()
+
+    def parameter_id_tensor_mapping(self):
+        return self._ctx.parameter_id_tensor_mapping()
+
+    def device_parameter_id_tensor_mapping(self):
+        return self._ctx.device_parameter_id_tensor_mapping()
+
+    def tensor_parameter_id(self, tensor):
+        return self._ctx.tensor_parameter_id(tensor)
+
+    def set_name_string(self, name):
+        self._ctx.name = str(name)
+
+    def get_name_string(self):
+        return self._ctx.name
+
+
+def _lowering_module():
+    import types
+    m = types.ModuleType(__name__ + ".lowering", "Lowering context and utilities")
+    m.LoweringContext = LoweringContext
+    LoweringContext.__module__ = m.__name__
+    return m
+
+
+lowering = _lowering_module()
+
+
+def _xla_op_computation_from_module_proto(name, module_proto):
+    from .core import xla_builder as xb
+    return xb.computation_from_module_proto(name, module_proto)
+
+
+def _xla_computation_text(computation):
+    from .core import xla_builder as xb
+    return xb.get_computation_hlo(computation)

@@ -135,19 +135,20 @@ class CompiledGraph:
 
     Each call adds the graph's node (one per input signature, traced at the
     first call). The calls run at once (their inputs and outputs are computed,
-    as upstream's bridge runs each call) until a barrier after one of them has
-    other pending work to run: the graph is then part of a longer step
-    (forward, backward, the optimizer, then xm.mark_step()), and from then on
-    its calls only add their node, so the code around them (the optimizer,
-    code between graph breaks, AOTAutograd's write-backs) joins the same graph
-    and the step is one executable. In that mode, a call with no barrier since
-    the last one starts a new step: the pending one runs first."""
+    as upstream's bridge runs each call) until the full barrier ending a step
+    runs pending work that reads what the step's calls returned (or wrote): the
+    graphs called in that step are then part of a longer step (forward,
+    backward, the optimizer reading the gradients, then xm.mark_step()), and
+    from then on their calls only add their node, so the code around them (the
+    optimizer, code between graph breaks, AOTAutograd's write-backs) joins the
+    same graph and the step is one executable. A barrier running unrelated
+    work changes nothing. In that mode, a call with no barrier since the last
+    one starts a new step: the pending one runs first."""
 
     def __init__(self, graph_module):
         self.module = graph_module
         self.steps = {}
         self.step = -1   # the full barrier count at the last call
-        self.work_mark = None   # the count of barriers that ran work, at the last call
         self.eager = True   # each call runs at once until the graph is seen inside a longer step
 
     def __call__(self, *args):
@@ -162,10 +163,12 @@ class CompiledGraph:
         handle, positions, layout, kind = entry
         if known and config.skip_input_data_check:
             _refuse_pending_inputs(args)   # upstream checks the calls after the first
-        n_all, n_work = _api.full_barriers()
-        if self.eager and self.work_mark is not None and n_work > self.work_mark:
-            # a barrier after the last call ran other pending work: this graph is
-            # part of a longer step (a training step), which it joins from now on
+        n_all, _ = _api.full_barriers()
+        if self.eager and self.step >= 0 and n_all > self.step and _api.barrier_read_watched(self.step + 1):
+            # the barrier that ended the step of the last call ran pending work
+            # reading outputs of that step's calls (the optimizer reading the
+            # gradients a backward graph returned): this graph is part of a
+            # longer step (a training step), which it joins from now on
             self.eager = False
         if not self.eager and self.step == n_all:
             # called again with no barrier since: a new step begins, and the
@@ -180,13 +183,19 @@ class CompiledGraph:
                 # as upstream's bridge: inputs that are still IR run first, on their own
                 _metrics.counter("DynamoSyncInputExecuteTime")
                 _api.sync(pending, reason="dynamo inputs")
+        before = [_api.value_node(t) for t in tensors] if self.eager else None
         outs = _api.call_graph(handle, tensors)
         if self.eager or _api.config.read("XLA_SAVE_TENSORS_FILE"):
             # a call on its own runs at once, as upstream's bridge runs each call
             # (and, dumping graphs, each call is its own "[dynamo]" record): its
             # inputs and outputs are computed, other pending tensors stay pending
             _api.sync(list(outs) + tensors, reason="dynamo", donate_marked=True)
-        self.step, self.work_mark = _api.full_barriers()
+        self.step, _ = _api.full_barriers()
+        if self.eager:
+            # its outputs (and the inputs it wrote) are watched until the next
+            # barrier: a barrier graph reading one makes this step's graphs join
+            written = [t for t, node in zip(tensors, before) if _api.value_node(t) is not node]
+            _api.watch_outputs(list(outs) + written)
         return self._rebuild(layout, kind, outs)
 
     def _capture(self, args):

@@ -594,8 +594,46 @@ def create_computation(name, fn, shapes, **kwargs):
     return Computation(name, fn, shapes, key)
 
 
+class ModuleComputation(Computation):
+    """A computation given as a serialized HloModuleProto (`computation_from_module_proto`,
+    e.g. from `torch_xla._XLAC.lowering.LoweringContext.hlo()`): printable, with
+    its parameter shapes; it is not run here (a graph is traced from tensors)."""
+
+    def __init__(self, name, proto):
+        from torch_xla.engine import api
+        params, result = api.hlo_module_program_shape(proto)
+        super().__init__(name, None, [_shape_of(p) for p in params], key=("module", bytes(proto)))
+        self.proto = bytes(proto)
+        self.result_shape = _shape_of(result)
+
+    def jax_function(self):
+        raise NotImplementedError(
+            f"computation {self.name!r} was made from an HloModuleProto: it can be printed "
+            "(get_computation_hlo) but not run on XLA tensors here; build it with "
+            "create_computation or call a JAX function with call_jax")
+
+
+def _shape_of(s):
+    if isinstance(s, list):
+        return Shape(tuple_shapes=tuple(_shape_of(x) for x in s))
+    return Shape(s[0], s[1])
+
+
+def computation_from_module_proto(name, proto):
+    """The computation a serialized HloModuleProto (bytes) describes."""
+    if not isinstance(proto, (bytes, bytearray, memoryview)):
+        raise TypeError(f"computation_from_module_proto({name!r}): expected the serialized "
+                        f"HloModuleProto as bytes, got {type(proto).__name__}")
+    return ModuleComputation(name, proto)
+
+
 def get_computation_hlo(computation):
-    """StableHLO text of a Computation (JAX lowering at its parameter shapes)."""
+    """Text of a Computation: HLO text for one made from an HloModuleProto, as
+    upstream prints it; StableHLO text (JAX lowering at its parameter shapes)
+    for one made by create_computation."""
+    if isinstance(computation, ModuleComputation):
+        from torch_xla.engine import api
+        return api.hlo_module_text(computation.proto)
     args = [jax.ShapeDtypeStruct(s.sizes, _jnp_dtype(s.dtype)) for s in computation.shapes]
     return jax.jit(computation.jax_function()).lower(*args).as_text()
 

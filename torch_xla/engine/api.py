@@ -67,6 +67,17 @@ def full_barriers():
     return tuple(_executor.full_barriers)
 
 
+def watch_outputs(tensors):
+    """Watch the device data XLA tensors hold now until the next full barrier."""
+    _executor.watch_values([_state.value_of(t) for t in tensors])
+
+
+def barrier_read_watched(number):
+    """Whether full barrier `number` (as full_barriers() counted it) ran a graph
+    that read data watched (watch_outputs) since the barrier before it."""
+    return _executor.barrier_read_watched(number)
+
+
 def wait_device_ops():
     _executor.wait_device_ops()
 
@@ -167,6 +178,25 @@ def graph_text(tensors, fmt="text"):
     g = capture(tensors)
     return {"text": _dump.to_text, "dot": _dump.to_dot, "hlo": _dump.to_hlo,
             "stablehlo": _dump.to_stablehlo}[fmt](g)
+
+
+def lowering_context(name="PyLoweringContext"):
+    """Upstream's Python LoweringContext: build(tensors), then hlo() (a serialized
+    HloModuleProto), hlo_text(), hlo_json() and the parameters' tensors."""
+    from .observe.lowering import ModuleLowering
+    return ModuleLowering(name)
+
+
+def hlo_module_text(proto):
+    """HLO text of a serialized HloModuleProto (upstream's spelling)."""
+    return _dump.module_proto_hlo(proto)
+
+
+def hlo_module_program_shape(proto):
+    """([(shape, jax dtype)] of the parameters, the same of the results) of a
+    serialized HloModuleProto."""
+    from .observe import hlo_proto
+    return hlo_proto.program_shape(proto)
 
 
 def stablehlo_text(tensors=None):

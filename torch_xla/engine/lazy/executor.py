@@ -12,6 +12,7 @@ futures, and only host reads wait.
 """
 import atexit
 import time
+import weakref
 
 import jax
 import numpy as np
@@ -26,6 +27,11 @@ from .state import value_of
 
 step_closures = []
 full_barriers = [0, 0]   # full barriers so far, and those that ran pending work (step boundaries)
+# Values watched until the next full barrier (the outputs of compiled calls that ran
+# at once), held weakly, and the numbers of the recent full barriers whose graph read
+# one: such a call is part of a longer step (see watch_values).
+_watched = weakref.WeakSet()
+_read_watched = []
 
 
 def run(root_values, owners=(), donate=False, reason="user", device=0, donate_marked=False):
@@ -59,6 +65,9 @@ def run(root_values, owners=(), donate=False, reason="user", device=0, donate_ma
         perm = _donor_order(g, writers if writers is not None else _writers(owners)) if g.donated else None
         if perm is not None:
             g.permute_roots(perm)
+        if donate and _watched and any(p in _watched for p in g.params):
+            _read_watched.append(full_barriers[0])
+            del _read_watched[:-16]
         if not mode.allow_execution():
             mode.unexpected_execution(g, reason)
         t_unwrap = time.perf_counter_ns()
@@ -173,6 +182,8 @@ def sync(tensors=None, wait=False, reason="user", donate_marked=False):
                 node = b.data_node()
                 if node is not None and node.data is not None:
                     node.data.block_until_ready()
+        if full:
+            _watched.clear()
         if full and events.wanted("barrier"):
             events.emit("barrier", reason=reason, created=n_refs, dead=n_refs - n_live)
     return bases
@@ -210,6 +221,20 @@ def compile_pending(tensors=None, reason="compile only"):
         inputs = [p.data if p.data is not None else spec for p, spec in zip(g.params, specs)]
         exe, _ = launch.prepare(g, inputs + specs[len(g.params):], reason)
         return g, exe
+
+
+def watch_values(values):
+    """Watch the device data of IR values until the next full barrier, which
+    notes whether its graph reads one (barrier_read_watched)."""
+    for node, _ in values:
+        if node.kind == ir.DATA:
+            _watched.add(node)
+
+
+def barrier_read_watched(number):
+    """Whether full barrier `number` (full_barriers[0] as it counted it) ran a
+    graph reading a value watched before it (one of the last 16 such barriers)."""
+    return number in _read_watched
 
 
 def materialize(value, aval, device=0):

@@ -262,7 +262,8 @@ def _output_sharding_lines(graph, executable):
     out = []
     for (node, i), s in zip(graph.roots, shardings):
         shape, dtype = node.entry.out_avals[i] if node.kind != DATA else node.entry
-        out.append(f"{xla_shape(shape, dtype)} {_sh.format_sharding(s, len(shape))}")
+        # Shape::ToString() prints no layout: 'f32[32,2048] {devices=...}'
+        out.append(f"{xla_shape(shape, dtype).split('{')[0]} {_sh.format_sharding(s, len(shape))}")
     return out
 
 

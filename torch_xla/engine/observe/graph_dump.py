@@ -226,13 +226,15 @@ def _hlo_debug():
     return env_flag("XLA_HLO_DEBUG") or env_flag("XLA_IR_DEBUG")
 
 
-def lower(values, as_run=False):
+def lower(values, as_run=False, keep_unused=False):
     """jax Lowered for the graph computing `values` (abstract inputs: runs nothing).
     Lowered as a dump (`LoweringContext.dump`): collectives appear as HLO
     collectives over their replica groups, as upstream prints them, also in a
     process that is not part of a multi-process job. `as_run`: the unsharded
     inputs of a graph over sharded data are replicated, as the SPMD strategy
-    compiles them (otherwise they carry no layout, as upstream prints them)."""
+    compiles them (otherwise they carry no layout, as upstream prints them).
+    `keep_unused`: every input stays a parameter of the module (inputs first,
+    then the scalar pools), also one no output reads."""
     import jax
     from ..base.dtypes import to_jax
     from ..runtime.platform import jax_platform
@@ -252,7 +254,7 @@ def lower(values, as_run=False):
         rep = NamedSharding(topology.mesh_of(first) or topology.spmd_mesh(), PartitionSpec())
         specs = [x if getattr(x, "sharding", None) is not None else
                  jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep) for x in specs]
-    return jax.jit(fn).lower(*specs)
+    return jax.jit(fn, keep_unused=keep_unused).lower(*specs)
 
 
 def _gspmd_text():
@@ -273,14 +275,40 @@ def _hlo_text(lowered):
     does not expose the print options, JAX's own text."""
     debug = _hlo_debug()
     try:
-        from jaxlib import _hlo
-        opts = _hlo.HloPrintOptions()
-        opts.print_operand_shape = True
-        opts.print_metadata = bool(debug)
-        text = lowered.compiler_ir("hlo").get_hlo_module().to_string(opts)
+        text = _module_text(lowered.compiler_ir("hlo"), debug)
     except (ImportError, AttributeError, TypeError):
         return lowered.as_text(dialect="hlo", debug_info=debug)
     return _opcode_names(text)
+
+
+def _module_text(computation, metadata):
+    from jaxlib import _hlo
+    opts = _hlo.HloPrintOptions()
+    opts.print_operand_shape = True
+    opts.print_metadata = bool(metadata)
+    return computation.get_hlo_module().to_string(opts)
+
+
+def module_proto(values, name):
+    """(serialized HloModuleProto named `name`, Graph) of the graph computing
+    `values`: every input a parameter (graph inputs, then scalar pools), the
+    shardings spelled the GSPMD way with explicit device lists, as upstream's
+    LoweringContext builds it. Runs nothing."""
+    from . import hlo_proto
+    g = _graph(values)
+    with _gspmd_text():
+        computation = lower(g, keep_unused=True).compiler_ir("hlo")
+    return hlo_proto.normalize(computation.as_serialized_hlo_module_proto(), name), g
+
+
+def module_proto_hlo(proto):
+    """HLO text of a serialized HloModuleProto, in upstream's spelling."""
+    from jax._src.lib import xla_client
+    computation = xla_client.XlaComputation(bytes(proto))
+    try:
+        return _opcode_names(_module_text(computation, _hlo_debug()))
+    except (ImportError, AttributeError, TypeError):
+        return computation.as_hlo_text()
 
 
 _DEF = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .+? ([a-z][a-z0-9\-]*)\(([^)]*)", re.M)
