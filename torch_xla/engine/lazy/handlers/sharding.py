@@ -16,13 +16,14 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from ...base import events, frames
+from ...base.dtypes import storage_array, torch_to_numpy
 from ...ir import node as ir
 from ...ir.graph import Graph
 from ...ops.context import ctx
 from ...ops.op import OpInfo
 from ...ops.registry import handler
 from ...runtime import topology
-from .. import views
+from .. import padding, views
 from ..dispatch import functional_handler
 from ..tracing import op_info
 from ..state import base_of, value_of, whole_base
@@ -289,15 +290,13 @@ def _place(t, sharding, remember):
     """Device data: move its shards to `sharding` now; a pending value: constrain it.
     `remember` is the annotation kept on the tensors (None after clear).
 
-    An uneven layout (a dimension that does not divide over its mesh axes) can
-    constrain values inside a graph, where XLA pads the shards, but a jax.Array
-    cannot hold padded shards: such device data is kept whole on every device,
-    and the tensor remembers the annotation for its spec string and shards."""
+    Under an uneven layout (a dimension that does not divide over its mesh axes)
+    device data is held padded, each device keeping its padded shard
+    (lazy/padding.py); a constrained value is computed padded alike."""
     whole = whole_base(t)
     node = _base_data(whole)
     if node is not None:
-        layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
-        whole.placed(topology.lay_out(node.data, layout))
+        whole.placed(padding.place(node.data, whole.aval[0], sharding))
     else:
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
         views.assign(t, (out, 0))
@@ -462,12 +461,13 @@ def from_cpu_shards(shards, s, ndim, global_shape=None):
     for dev, x in zip(devs, shards):
         full[where[dev]] = x.numpy()
     host = torch.from_numpy(np.ascontiguousarray(full[tuple(slice(0, g) for g in want)]))
-    arr = upload_array(host)
-    t = new_base((ir.data_node(arr, want, dtype), 0), (want, dtype))
     if s.is_fully_replicated:
-        annotate(t, NamedSharding(s.mesh, PartitionSpec()))
-    elif all(g % k == 0 for g, k in zip(want, tiles)):   # JAX holds even shards only
-        annotate(t, s)
+        s = NamedSharding(s.mesh, PartitionSpec())
+    # laid out from the host at once: the padded shards of an uneven layout too
+    topology.lock()
+    arr = padding.padded_host(storage_array(torch_to_numpy(host), dtype), s)
+    t = new_base((ir.data_node(arr, want, dtype), 0), (want, dtype))
+    annotate(t, s)
     return t
 
 
@@ -475,16 +475,27 @@ def padded_shards(t, s):
     """[(device, data, index slices)] of tensor t under an uneven layout `s`: each
     device's tile of t zero-padded to the even shard shape (upstream's padded
     shards), with the slices of t it covers (clipped to t's shape)."""
-    full = np.asarray(topology.host_value(device_array(t)))
-    tiles = _tiles(s, full.ndim)
-    padded = tuple(-(-d // k) * k for d, k in zip(full.shape, tiles))
-    big = np.zeros(padded, dtype=full.dtype)
-    big[tuple(slice(0, d) for d in full.shape)] = full
+    shape = tuple(t.shape)
+    tiles = _tiles(s, len(shape))
+    padded = tuple(-(-d // k) * k for d, k in zip(shape, tiles))
+    whole = whole_base(t)
+    node = _base_data(whole)
+    held = node.data if node is not None else None
+    if (held is not None and tuple(held.shape) == padded and held.sharding == s
+            and held.is_fully_addressable):
+        # held padded at rest (lazy/padding.py): each device's shard as it is
+        by_dev = {sh.device: sh.data for sh in held.addressable_shards}
+        piece = lambda dev, idx: np.asarray(by_dev[dev])   # noqa: E731
+    else:
+        full = np.asarray(topology.host_value(device_array(t)))   # the logical value
+        big = np.zeros(padded, dtype=full.dtype)
+        big[tuple(slice(0, d) for d in shape)] = full
+        piece = lambda dev, idx: big[idx]   # noqa: E731
     where = s.devices_indices_map(padded)
     out = []
     for dev in topology.spmd_devices():
         idx = where[dev]
         clipped = [slice(min(sl.start or 0, d), min(sl.stop if sl.stop is not None else p, d), 1)
-                   for sl, d, p in zip(idx, full.shape, padded)]
-        out.append((dev, big[idx], clipped))
+                   for sl, d, p in zip(idx, shape, padded)]
+        out.append((dev, piece(dev, idx), clipped))
     return out
