@@ -2,6 +2,7 @@
 50,257 rows) does not divide over 4 devices keeps only its padded shard on each
 device (ceil(n/4) rows, zeros at the end of the last), reads back its logical
 value everywhere, and trains exactly like eager PyTorch on the CPU."""
+import pytest
 
 COMMON = """
 import numpy as np, torch
@@ -68,8 +69,9 @@ print("OK")
 """)
 
 
-def test_padded_vocabulary_trains_like_eager(spmd_run):
-    spmd_run(COMMON + """
+@pytest.mark.parametrize("how", ["mark_sharding", "fsdpv2"])
+def test_padded_vocabulary_trains_like_eager(spmd_run, how):
+    spmd_run(COMMON + f"HOW = {how!r}" + """
 class LM(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -83,8 +85,12 @@ ref = LM()
 model = LM()
 model.load_state_dict(ref.state_dict())
 model = model.to(dev)
-for name, p in model.named_parameters():     # FSDPv2-style: every weight over its dim 0
-    xs.mark_sharding(p, mesh, ("fsdp",) + (None,) * (p.dim() - 1))
+if HOW == "fsdpv2":     # every weight over 'fsdp' along its largest dim (dim 0 here)
+    from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
+    model = SpmdFullyShardedDataParallel(model, mesh)
+else:
+    for name, p in model.named_parameters():     # every weight over its dim 0
+        xs.mark_sharding(p, mesh, ("fsdp",) + (None,) * (p.dim() - 1))
 for p in model.parameters():
     check_quarter(p)
 opt = torch.optim.SGD(model.parameters(), lr=0.5)

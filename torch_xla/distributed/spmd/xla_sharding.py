@@ -340,9 +340,9 @@ def mark_sharding(t, mesh, partition_spec):
 
     Device data is placed at once (each device holds its shard); a pending
     value becomes a sharding constraint in its graph. A dimension that does not
-    divide over its mesh axes is sharded with padding inside graphs, as upstream
-    pads it; its device data stays whole on every device (a jax.Array holds no
-    padded shards), and `local_shards` gives upstream's zero-padded shards."""
+    divide over its mesh axes is padded, as upstream pads it: each device holds
+    its zero-padded shard, also between steps; reads see the tensor's own shape,
+    and `local_shards` gives upstream's zero-padded shards."""
     _require_spmd()
     x = _xla_tensor(t)
     _check(x, mesh, partition_spec)
