@@ -113,11 +113,13 @@ for step in range(3):
     rl.backward()
     ref_opt.step()
     ref_losses.append(rl.item())
-    for p in model.parameters():     # still padded at rest after each step
+    for p in model.parameters():     # still padded at rest after each step, gradients too
         check_quarter(p)
+        check_quarter(p.grad)
 assert np.allclose(losses, ref_losses, rtol=1e-5, atol=1e-5), (losses, ref_losses)
 for (name, p), q in zip(model.named_parameters(), ref.parameters()):
     assert torch.allclose(p.cpu(), q.detach(), rtol=1e-4, atol=1e-5), name
+    assert torch.allclose(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-6), name
     st = xs.mark_sharding(p, mesh, ("fsdp",) + (None,) * (p.dim() - 1))
     logical = torch.cat([s.data[:s.indices[0].stop - s.indices[0].start] for s in st.local_shards])
     assert torch.allclose(logical, q.detach(), rtol=1e-4, atol=1e-5), name

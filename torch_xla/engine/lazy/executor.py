@@ -156,7 +156,7 @@ def sync(tensors=None, wait=False, reason="user", donate_marked=False):
             state.compact()
         for group in device_groups.split(bases):
             values = [b.value for b in group]
-            roots = [padding.at_rest(b) for b in group]   # padded data stays padded
+            roots = padding.roots(group, values)   # padded data stays padded
             vvals = [v.value for v in views]
             outs = run(roots + vvals if vvals else roots, owners=group, donate=full, reason=reason,
                        device=group[0].device if device_groups.active else 0, donate_marked=donate_marked)

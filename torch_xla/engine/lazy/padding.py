@@ -164,6 +164,13 @@ def at_rest(b):
     return (node, 0)
 
 
+def roots(bases, values):
+    """The root values a barrier computes for `bases` (whose values are `values`)."""
+    if not _spmd[0]:
+        return values
+    return [at_rest(b) for b in bases]
+
+
 def wants_rest(b):
     """Whether pending Base b is computed padded (a host read then syncs it
     through a barrier rather than computing its logical value alone)."""

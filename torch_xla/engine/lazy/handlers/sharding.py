@@ -9,6 +9,7 @@ The tensor remembers its annotation (`_sharding`) for the spec string and for
 XLAShardedTensor; `clear(t)` forgets it and makes the value replicated again.
 """
 import math
+import weakref
 
 import jax
 import numpy as np
@@ -29,7 +30,7 @@ from ..tracing import op_info
 from ..state import base_of, value_of, whole_base
 from ..tensor import XLATensor, new_base
 from ..tracing import trace_node, wrap
-from ..transfers import device_array, upload_array
+from ..transfers import device_array
 
 _shard_map = getattr(jax, "shard_map", None)
 if _shard_map is not None:
@@ -297,10 +298,35 @@ def _place(t, sharding, remember):
     node = _base_data(whole)
     if node is not None:
         whole.placed(padding.place(node.data, whole.aval[0], sharding))
+        if remember is not None and t.requires_grad and t.is_leaf \
+                and padding.padded_shape(whole.aval[0], sharding) is not None:
+            _pad_gradients(t)
     else:
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
         views.assign(t, (out, 0))
     t._sharding = remember
+
+
+def _pad_gradients(t):
+    """A weight held padded at rest gets its gradient padded at rest too: its
+    gradient is constrained to the weight's layout as autograd hands it over, so
+    the barrier holds `.grad` in padded shards (lazy/padding.py) instead of a
+    whole copy on every device. Once per tensor; the hook follows the layout the
+    tensor has when backward runs."""
+    if getattr(t, "_pads_gradients", False):
+        return
+    ref = weakref.ref(t)
+
+    def hook(g):
+        w = ref()
+        s = getattr(w, "_sharding", None) if w is not None else None
+        if (s is None or not isinstance(g, XLATensor) or tuple(g.shape) != tuple(w.shape)
+                or padding.padded_shape(tuple(g.shape), s) is None):
+            return None
+        return constrained(g, s)
+
+    t.register_hook(hook)
+    t._pads_gradients = True
 
 
 def annotate(t, sharding):
