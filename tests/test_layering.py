@@ -103,7 +103,7 @@ def test_the_checker_sees_an_upward_import(tmp_path):
 # layer); the handlers package comes after its modules, which it imports.
 LAZY_ORDER = [
     "mode", "autograd_errors", "exec_time", "state", "host", "serialize", "tensor", "tracing",
-    "index_checks", "views", "device_groups", "donation", "launch", "executor", "eager",
+    "padding", "index_checks", "views", "device_groups", "donation", "launch", "executor", "eager",
     "transfers", "fallback", "autocast", "dispatch", "subgraph",
     "handlers.random", "handlers.data_dependent", "handlers.batch_norm", "handlers.misc",
     "handlers.optim", "handlers.barrier", "handlers.sharding", "handlers.control_flow",

@@ -512,7 +512,7 @@ def _get_git_revs():
 def _unsafe_buffer_pointer(t):
     """The address of the device buffer behind an XLA tensor (its pending
     graph runs first)."""
-    arr = _api.device_array(t)
+    arr = _api.stored_array(t)   # the buffer itself (padded shards under an uneven layout)
     arr.block_until_ready()
     shards = getattr(arr, "addressable_shards", None)
     if shards:

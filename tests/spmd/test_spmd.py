@@ -206,35 +206,13 @@ def test_without_spmd_sharding_raises():
         xs.mark_sharding(None, None, (0,))
 
 
-def test_two_hosts_form_one_spmd_mesh(tmp_path):
+def test_two_hosts_form_one_spmd_mesh(tmp_path, hosts_run):
     """Two launcher invocations (hosts) with 2 CPU devices each run one SPMD program
     over a 4-device global mesh, with the losses of one process over 4 devices."""
-    import socket
-    import time
     single, hosts = tmp_path / "single.json", tmp_path / "hosts.json"
     p = _run(["spmd_multihost_worker.py", str(single), "single"], 4)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2", XLA_NUM_HOSTS="2", MASTER_PORT=str(port),
-               MASTER_ADDR="127.0.0.1", JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for k in ("XLA_USE_SPMD", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        env.pop(k, None)
-    cmd = [sys.executable, "-W", "ignore", "spmd_multihost_worker.py", str(hosts), "hosts"]
-    a = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    time.sleep(1.0)
-    b = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    try:
-        out_b, _ = b.communicate(timeout=240)
-        out_a, _ = a.communicate(timeout=60)
-    finally:
-        for proc in (a, b):
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-    assert a.returncode == 0 and b.returncode == 0, (out_a[-3000:], out_b[-3000:])
+    hosts_run("spmd_multihost_worker.py", (str(hosts), "hosts"))
     one, two = json.loads(single.read_text()), json.loads(hosts.read_text())
     assert (two["devices"], two["addressable"], two["hosts"], two["world_size"]) == (4, 2, 2, 1)
     assert two["shard_rows"] == [8, 8]   # this host's 2 of the 4 row blocks of fc1.weight

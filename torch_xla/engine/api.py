@@ -338,6 +338,13 @@ def device_array(t):
     return _da(t)
 
 
+def stored_array(t):
+    """The jax.Array an XLA tensor's value is held in: padded under an uneven
+    SPMD layout (each device its padded shard), else the value itself."""
+    from .lazy.transfers import stored_array as _sa
+    return _sa(t)
+
+
 def value_node(t):
     """The IR node holding an XLA tensor's current value (views re-derived)."""
     return _state.value_of(t)[0]

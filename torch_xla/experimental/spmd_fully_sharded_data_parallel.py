@@ -66,9 +66,9 @@ class SpmdFullyShardedDataParallel(nn.Module):
         for p in module.parameters():
             if torch_xla._XLAC._get_xla_sharding_spec(p) != "":
                 continue  # the user sharded it already
-            spec = _prepare_spmd_partition_spec(p, shard_maximal=True)
-            if spec and p.shape[spec.index("fsdp")] % mesh.shape()["fsdp"] == 0:
-                spmd.mark_sharding(p, mesh, spec)
+            # as upstream, a dim that does not divide over 'fsdp' is sharded too:
+            # each device holds its padded shard (a vocabulary of 50,257 rows)
+            spmd.mark_sharding(p, mesh, _prepare_spmd_partition_spec(p, shard_maximal=True))
         spmd.apply_backward_optimization_barrier(module)
         if shard_output is None:
             def shard_output(output, mesh):

@@ -147,7 +147,7 @@ class XLAShardedTensor(DTensor):
     @property
     def local_shards(self):
         """Each device's shard, in device order (CPU tensors); under an uneven
-        layout each is zero-padded to the common shard shape."""
+        layout each is zero-padded to the common shard shape (as the devices hold it)."""
         s = _api.current_sharding(self.global_tensor)
         if s is not None and not _api.is_even_sharding(s, tuple(self.global_tensor.shape)):
             return [XLAShard(_to_torch(data, self.global_tensor.dtype), idx, f"xla:{k}", 0)

@@ -352,9 +352,9 @@ def mark_sharding(t, mesh, partition_spec):
 
     Device data is placed at once (each device holds its shard); a pending
     value becomes a sharding constraint in its graph. A dimension that does not
-    divide over its mesh axes is sharded with padding inside graphs, as upstream
-    pads it; its device data stays whole on every device (a jax.Array holds no
-    padded shards), and `local_shards` gives upstream's zero-padded shards."""
+    divide over its mesh axes is padded, as upstream pads it: each device holds
+    its zero-padded shard, also between steps; reads see the tensor's own shape,
+    and `local_shards` gives upstream's zero-padded shards."""
     _require_spmd()
     x = _xla_tensor(t)
     _check(x, mesh, partition_spec)
@@ -491,9 +491,11 @@ class ShardingSpec:
 
     minibatch=True (upstream's meaning): each host loads its own part of the
     global batch, so a tensor given to the loader is this host's rows of dim 0,
-    and the global batch has dim 0 times (global devices / this host's devices).
-    That per-host batch must divide over this host's devices (RuntimeError
-    otherwise, as upstream). With one host the per-host batch is the global one."""
+    and the global batch has dim 0 times (global devices / this host's devices)
+    when the batch axes span every device (hosts that are replicas along them,
+    a batch axis within each host, all load the same whole batch). That per-host
+    batch must divide over this host's devices (RuntimeError otherwise, as
+    upstream). With one host the per-host batch is the global one."""
 
     def __init__(self, mesh, partition_spec, minibatch=False):
         self.mesh = mesh
@@ -539,12 +541,14 @@ def _input_to_device(cpu, upload, input_sharding):
 
 
 def _minibatch_global(cpu, spec):
-    """Several hosts: the global batch whose rows on this host's devices are `cpu`."""
+    """Several hosts: the global batch whose rows on this host's devices are `cpu`.
+    Its shape follows from the rows this host's devices cover (JAX infers it): with
+    the batch axis over every device, dim 0 times (global / local devices); where
+    hosts are replicas along the batch axis (a mesh whose batch axis lies within a
+    host), each host's batch is the whole one."""
     import jax
-    n_global, n_local = xr.global_runtime_device_count(), xr.addressable_runtime_device_count()
-    shape = (cpu.shape[0] * n_global // n_local,) + tuple(cpu.shape[1:])
     sharding = spec.mesh._named_sharding(spec.partition_spec)
-    arr = jax.make_array_from_process_local_data(sharding, _api.storage_numpy(cpu), shape)
+    arr = jax.make_array_from_process_local_data(sharding, _api.storage_numpy(cpu))
     t = _api.from_device_array(arr, cpu.dtype)
     _api.mark_sharding(t, sharding)
     return t

@@ -280,6 +280,9 @@ class Graph:
             scalar_slots.append((pos[id(s)], pool_index[s.entry], counts[s.entry]))
             counts[s.entry] += 1
         param_slots = [pos[id(p)] for p in self.params]
+        # padded device data (an uneven layout held in even shards, lazy/padding.py):
+        # an input larger than its leaf's shape is read through a slice to it
+        logical = [tuple(p.entry[0]) for p in self.params]
         scope_of = ctx.scope
         plan = [(pos[id(n)], n.entry, tuple((pos[id(v[0])], v[1]) for v in n.operands),
                  scope_of(n) if scope_of is not None else None) for n in self.order]
@@ -289,7 +292,9 @@ class Graph:
         def fn(*inputs):
             import jax
             env = {}
-            for slot, x in zip(param_slots, inputs[:n_params]):
+            for slot, x, shape in zip(param_slots, inputs[:n_params], logical):
+                if x.shape != shape:
+                    x = jax.lax.slice(x, (0,) * len(shape), shape)
                 env[slot] = (x,)
             pool_arrays = inputs[n_params:]
             for slot, pi, k in scalar_slots:

@@ -14,6 +14,7 @@ it: a module imports only modules above it in this list, never in a function):
   tensor.py          XLATensor: __torch_dispatch__ through a handler table,
                      new_base / new_view, model.to(xla)'s swap
   tracing.py         one aten call -> one IR node (argument walk, shape memo, abstract check)
+  padding.py         padded shards at rest: device data under an uneven SPMD layout
   index_checks.py    deferred "indices in range" flags
   views.py           view handlers, writes through views, in-place view ops, set_/resize_
   device_groups.py   several devices in one process; which xla:N exist

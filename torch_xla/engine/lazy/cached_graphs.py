@@ -19,7 +19,7 @@ from ..ir.graph import Graph, xla_shape
 from . import executor, launch, state
 from .state import Base, value_of
 from .tensor import XLATensor, live_tensors, new_base
-from .transfers import device_array, upload_array
+from .transfers import stored_array, upload_array
 
 SEED_INFO_ID = -127389   # upstream's id of the base-seed graph input
 _ids = itertools.count(1)
@@ -107,7 +107,7 @@ def run(graph_hash, tensors):
         if (tuple(t.shape), t.dtype) != tuple(p.entry):
             raise ValueError(f"torch_xla: input {k} of the cached graph {graph_hash} is "
                              f"{xla_shape(*p.entry)}, got {xla_shape(tuple(t.shape), t.dtype)}")
-        arrays.append(device_array(t) if isinstance(t, XLATensor) else upload_array(t.contiguous()))
+        arrays.append(stored_array(t) if isinstance(t, XLATensor) else upload_array(t.contiguous()))
     metrics.value_metric("RunCachedGraphInputData", len(tensors))
     outs = launch.launch(g, arrays, g.pool_arrays(), reason="cached graph", donors=[None] * len(arrays))
     metrics.value_metric("RunCachedGraphOutputData", len(outs))

@@ -22,7 +22,7 @@ from ..base.dtypes import to_jax
 from ..ir import node as ir
 from ..ir.graph import Graph, xla_shape
 from ..runtime import topology
-from . import device_groups, donation, host, index_checks, launch, mode, state
+from . import device_groups, donation, host, index_checks, launch, mode, padding, state
 from .state import value_of
 
 step_closures = []
@@ -165,8 +165,9 @@ def sync(tensors=None, wait=False, reason="user", donate_marked=False):
             state.compact()
         for group in device_groups.split(bases):
             values = [b.value for b in group]
+            roots = padding.roots(group, values)   # padded data stays padded
             vvals = [v.value for v in views]
-            outs = run(values + vvals if vvals else values, owners=group, donate=full, reason=reason,
+            outs = run(roots + vvals if vvals else roots, owners=group, donate=full, reason=reason,
                        device=group[0].device if device_groups.active else 0, donate_marked=donate_marked)
             # a tensor another thread (a loader's .to(xla)) wrote meanwhile keeps its value
             t_wrap = time.perf_counter_ns()

@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..base import metrics
 from ..ir import node as ir
 from ..ir.graph import Graph
-from . import donation, executor, launch, mode, state
+from . import donation, executor, launch, mode, padding, state
 from .handlers import random as device_random
 from .state import Base, View, base_of, value_of, whole_base
 from .tensor import XLATensor, live_tensors, new_base
@@ -105,7 +105,8 @@ class Step:
             st.replayable = False
             return st, outs
         out_vals = [value_of(o) for o in outs if isinstance(o, XLATensor)]
-        roots = [base_of(args[i]).value for i in mutated] + out_vals
+        # an argument held padded at rest (lazy/padding.py) is written back padded
+        roots = [padding.at_rest(base_of(args[i])) for i in mutated] + out_vals
         g = Graph.capture(roots)
         marked = donation.marked_params(g)   # explicit donors (dynamo_set_buffer_donor_)
         if marked:
@@ -402,7 +403,7 @@ def capture_call(fn, args, kwargs, after_trace=None):
     if why is not None:
         cs.why = why
         return cs, out
-    roots = [b.value for b in mutated] + [value_of(t) for t in news]
+    roots = [padding.at_rest(b) for b in mutated] + [value_of(t) for t in news]
     g = Graph.capture(roots)
     holders, hpos = [], {}
 

@@ -15,7 +15,7 @@ from ..ir import node as ir
 from ..ops.op import fill_args
 from ..ops.registry import handler
 from ..runtime import topology
-from . import device_groups, host, views
+from . import device_groups, host, padding, views
 from .device_groups import check_index
 from .executor import materialize, sync
 from .state import Base, value_of
@@ -39,14 +39,32 @@ def upload_node(cpu, device_index=None):
 
 
 def device_array(t):
-    """The jax.Array holding t's current value (runs pending IR)."""
+    """The jax.Array holding t's current value (runs pending IR), of t's shape."""
+    return padding.logical(stored_array(t), t._lazy.aval[0])
+
+
+def stored_array(t):
+    """The device array t's value is held in: padded under an uneven layout
+    (lazy/padding.py), else t's value itself. Runs pending IR."""
     s = t._lazy
-    if type(s) is not Base and s.base.is_pending:
+    device = t.device.index if device_groups.active else 0
+    if type(s) is Base:
+        return _base_array(s, device)
+    if s.base.is_pending:
         sync([t], reason="tensor access")
-    v = value_of(t)
-    arr = materialize(v, s.aval, t.device.index if device_groups.active else 0)
-    if type(s) is Base and v[0].kind == ir.OP:
-        s.computed(arr, expected=v)
+    return materialize(value_of(t), s.aval, device)
+
+
+def _base_array(b, device):
+    """Base b's device data (computed now if pending; a Base held padded at
+    rest is computed by a barrier, so it stays padded)."""
+    v = b.value
+    if v[0].kind == ir.OP and padding.wants_rest(b):
+        sync([b], reason="tensor access")
+        v = b.value
+    arr = materialize(v, b.aval, device)
+    if v[0].kind == ir.OP:
+        b.computed(arr, expected=v)
     return arr
 
 
@@ -71,11 +89,8 @@ def _host_view(t):
     if kept is not None:
         out = host.read(kept)
     else:
-        v = base.value
-        arr = materialize(v, base.aval, base.device if device_groups.active else 0)
-        if v[0].kind == ir.OP:
-            base.computed(arr, expected=v)
-        out = _host_value(arr, base.aval[1])
+        arr = _base_array(base, base.device if device_groups.active else 0)
+        out = _host_value(arr, base.aval)
     try:
         for entry, idx in steps:
             args, kwargs = fill_args(entry, [out])
@@ -98,18 +113,20 @@ def to_cpu(t):
         kept = host.held(s if type(s) is Base else s.base)
         if kept is not None:   # still on the host (SPMD): a copy, no transfer
             return host.read(kept)
-    return _host_value(device_array(t), s.aval[1])
+    return _host_value(stored_array(t), s.aval)
 
 
-def _host_value(arr, dtype):
-    """A device array read back as a CPU tensor of `dtype`."""
+def _host_value(arr, aval):
+    """A device array read back as a CPU tensor of aval (shape, dtype); padded
+    data (lazy/padding.py) without its padding."""
+    shape, dtype = aval
     t0 = time.perf_counter_ns()
     if len(arr.sharding.device_set) > 1:
         # shards (or copies) on several devices read as one value (upstream's
         # ReplicateShardedData, which counts every sharded handle it reads)
         metrics.counter("ReplicateShardedData")
     with profiling.region(profiling.TRANSFER_FROM_DEVICE):
-        host = topology.host_value(arr)
+        host = padding.host_logical(arr, shape)
     out = numpy_to_torch(host, dtype)
     metrics.metric("TransferFromDeviceTime", time.perf_counter_ns() - t0)
     metrics.metric("InboundData", host.nbytes, kind="bytes")

@@ -151,7 +151,7 @@ def _input_rows(graph, inputs, names, tensors):
         name = names.get(i, f"input {i}")
         t = tensors.get(i)
         site = getattr(t, "_sharding_site", None) if t is not None else None
-        shard = s.shard_shape(x.shape)
+        shard = s.shard_shape(getattr(x, "held", x.shape))
         per_dev = _nbytes(dtype, shard) if dtype in _BYTES else 0
         where = f" (annotated at {site[1]}:{site[2]} in {site[0]})" if site else ""
         rows.append(f"  {name} {dtype}{list(shape)} {_sh.format_sharding(s, len(shape))} "
@@ -224,12 +224,15 @@ def report(graph, executable):
 
 
 class _Laid:
-    """An input as the executable was compiled for it: its sharding and aval."""
-    __slots__ = ("sharding", "shape", "dtype")
+    """An input as the executable was compiled for it: its sharding and aval, and
+    the shape its data is held in (padded under an uneven layout, lazy/padding.py)."""
+    __slots__ = ("sharding", "shape", "dtype", "held")
 
     def __init__(self, sharding, param):
         self.sharding = sharding
         self.shape, self.dtype = param.entry   # a data leaf's aval
+        data = param.data
+        self.held = tuple(data.shape) if data is not None else tuple(self.shape)
 
 
 def _on_compiled(graph, executable, reason):

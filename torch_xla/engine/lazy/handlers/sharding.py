@@ -9,6 +9,7 @@ The tensor remembers its annotation (`_sharding`) for the spec string and for
 XLAShardedTensor; `clear(t)` forgets it and makes the value replicated again.
 """
 import math
+import weakref
 
 import jax
 import numpy as np
@@ -16,19 +17,20 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from ...base import events, frames
+from ...base.dtypes import storage_array, torch_to_numpy
 from ...ir import node as ir
 from ...ir.graph import Graph
 from ...ops.context import ctx
 from ...ops.op import OpInfo
 from ...ops.registry import handler
 from ...runtime import topology
-from .. import donation, host, views
+from .. import donation, host, padding, views
 from ..dispatch import functional_handler
 from ..tracing import op_info
 from ..state import base_of, value_of, whole_base
 from ..tensor import XLATensor, new_base
 from ..tracing import trace_node, wrap
-from ..transfers import device_array, upload_array
+from ..transfers import device_array
 
 _shard_map = getattr(jax, "shard_map", None)
 if _shard_map is not None:
@@ -300,21 +302,22 @@ def _place(t, sharding, remember):
     """Device data: move its shards to `sharding` now; a pending value: constrain it.
     `remember` is the annotation kept on the tensors (None after clear).
 
-    An uneven layout (a dimension that does not divide over its mesh axes) can
-    constrain values inside a graph, where XLA pads the shards, but a jax.Array
-    cannot hold padded shards: such device data is kept whole on every device,
-    and the tensor remembers the annotation for its spec string and shards."""
+    Under an uneven layout (a dimension that does not divide over its mesh axes)
+    device data is held padded, each device keeping its padded shard
+    (lazy/padding.py); a constrained value is computed padded alike."""
     whole = whole_base(t)
     kept = host.held(whole) if whole is not None else None
-    if kept is not None:   # still on the host: each device receives its shard from there
-        layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
-        whole.placed(host.place(kept, layout))
-        t._sharding = remember
-        return
-    node = _base_data(whole)
-    if node is not None:
-        layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
-        whole.placed(topology.lay_out(node.data, layout))
+    node = _base_data(whole) if kept is None else None
+    if kept is not None or node is not None:
+        uneven = padding.padded_shape(whole.aval[0], sharding) is not None
+        if kept is not None:   # still on the host: each device receives its (padded) shard from there
+            if uneven:
+                kept.host = padding.pad_host(kept.host, sharding)
+            whole.placed(host.place(kept, sharding))
+        else:
+            whole.placed(padding.place(node.data, whole.aval[0], sharding))
+        if uneven and remember is not None and t.requires_grad and t.is_leaf:
+            _pad_gradients(t)
     elif _is_placeholder(whole) and isinstance(sharding, NamedSharding):
         # no data to move: the placeholder compiles as an input of that layout
         layout = sharding if is_even(sharding, whole.aval[0]) else topology.replicated()
@@ -323,6 +326,28 @@ def _place(t, sharding, remember):
         out, _ = trace_node(_CONSTRAINT, (t,), {"sharding": sharding})
         views.assign(t, (out, 0))
     t._sharding = remember
+
+
+def _pad_gradients(t):
+    """A weight held padded at rest gets its gradient padded at rest too: its
+    gradient is constrained to the weight's layout as autograd hands it over, so
+    the barrier holds `.grad` in padded shards (lazy/padding.py) instead of a
+    whole copy on every device. Once per tensor; the hook follows the layout the
+    tensor has when backward runs."""
+    if getattr(t, "_pads_gradients", False):
+        return
+    ref = weakref.ref(t)
+
+    def hook(g):
+        w = ref()
+        s = getattr(w, "_sharding", None) if w is not None else None
+        if (s is None or not isinstance(g, XLATensor) or tuple(g.shape) != tuple(w.shape)
+                or padding.padded_shape(tuple(g.shape), s) is None):
+            return None
+        return constrained(g, s)
+
+    t.register_hook(hook)
+    t._pads_gradients = True
 
 
 def annotate(t, sharding):
@@ -494,12 +519,13 @@ def from_cpu_shards(shards, s, ndim, global_shape=None):
     for dev, x in zip(devs, shards):
         full[where[dev]] = x.numpy()
     host = torch.from_numpy(np.ascontiguousarray(full[tuple(slice(0, g) for g in want)]))
-    arr = upload_array(host)
-    t = new_base((ir.data_node(arr, want, dtype), 0), (want, dtype))
     if s.is_fully_replicated:
-        annotate(t, NamedSharding(s.mesh, PartitionSpec()))
-    elif all(g % k == 0 for g, k in zip(want, tiles)):   # JAX holds even shards only
-        annotate(t, s)
+        s = NamedSharding(s.mesh, PartitionSpec())
+    # laid out from the host at once: the padded shards of an uneven layout too
+    topology.lock()
+    arr = padding.padded_host(storage_array(torch_to_numpy(host), dtype), s)
+    t = new_base((ir.data_node(arr, want, dtype), 0), (want, dtype))
+    annotate(t, s)
     return t
 
 
@@ -507,16 +533,27 @@ def padded_shards(t, s):
     """[(device, data, index slices)] of tensor t under an uneven layout `s`: each
     device's tile of t zero-padded to the even shard shape (upstream's padded
     shards), with the slices of t it covers (clipped to t's shape)."""
-    full = np.asarray(topology.host_value(device_array(t)))
-    tiles = _tiles(s, full.ndim)
-    padded = tuple(-(-d // k) * k for d, k in zip(full.shape, tiles))
-    big = np.zeros(padded, dtype=full.dtype)
-    big[tuple(slice(0, d) for d in full.shape)] = full
+    shape = tuple(t.shape)
+    tiles = _tiles(s, len(shape))
+    padded = tuple(-(-d // k) * k for d, k in zip(shape, tiles))
+    whole = whole_base(t)
+    node = _base_data(whole)
+    held = node.data if node is not None else None
+    if (held is not None and tuple(held.shape) == padded and held.sharding == s
+            and held.is_fully_addressable):
+        # held padded at rest (lazy/padding.py): each device's shard as it is
+        by_dev = {sh.device: sh.data for sh in held.addressable_shards}
+        piece = lambda dev, idx: np.asarray(by_dev[dev])   # noqa: E731
+    else:
+        full = np.asarray(topology.host_value(device_array(t)))   # the logical value
+        big = np.zeros(padded, dtype=full.dtype)
+        big[tuple(slice(0, d) for d in shape)] = full
+        piece = lambda dev, idx: big[idx]   # noqa: E731
     where = s.devices_indices_map(padded)
     out = []
     for dev in topology.spmd_devices():
         idx = where[dev]
         clipped = [slice(min(sl.start or 0, d), min(sl.stop if sl.stop is not None else p, d), 1)
-                   for sl, d, p in zip(idx, full.shape, padded)]
-        out.append((dev, big[idx], clipped))
+                   for sl, d, p in zip(idx, shape, padded)]
+        out.append((dev, piece(dev, idx), clipped))
     return out
