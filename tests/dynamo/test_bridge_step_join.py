@@ -12,13 +12,19 @@ def _pending(t):
     return torch_xla._XLAC._check_tensor_need_materialization([t])[0]
 
 
-def test_unrelated_barrier_keeps_calls_running_at_once(dev):
+def _compiled_linear(dev):
+    """A linear layer, its openxla-compiled twin and an input, all on the device."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = nn.Linear(8, 4).to(dev)
     f = torch.compile(model, backend="openxla")
     x = torch.randn(2, 8).to(dev)
     xm.mark_step()
+    return model, f, x
+
+
+def test_unrelated_barrier_keeps_calls_running_at_once(dev):
+    model, f, x = _compiled_linear(dev)
     out = f(x)
     assert not _pending(out)   # ran at once
     other = torch.randn(3, device=dev) * 2   # lazy work that does not read `out`
@@ -30,12 +36,7 @@ def test_unrelated_barrier_keeps_calls_running_at_once(dev):
 
 
 def test_barrier_reading_the_outputs_makes_the_graph_join(dev):
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = nn.Linear(8, 4).to(dev)
-    f = torch.compile(model, backend="openxla")
-    x = torch.randn(2, 8).to(dev)
-    xm.mark_step()
+    model, f, x = _compiled_linear(dev)
     total = torch.zeros(4, device=dev)
     expected = torch.zeros(4)
     for step in range(3):

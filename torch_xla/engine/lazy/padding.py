@@ -99,10 +99,7 @@ def place(arr, shape, sharding):
         return topology.lay_out(logical(arr, shape), sharding)
     if tuple(arr.shape) == padded and getattr(arr, "sharding", None) == sharding:
         return arr
-    host = host_logical(arr, shape)
-    big = np.zeros(padded, dtype=host.dtype)
-    big[_slices(shape)] = host
-    return topology.lay_out(big, sharding)
+    return padded_host(host_logical(arr, shape), sharding)
 
 
 def pad_host(host, sharding):
@@ -118,12 +115,7 @@ def pad_host(host, sharding):
 
 def padded_host(host, sharding):
     """Host value `host` laid out as `sharding` (padded when uneven)."""
-    padded = padded_shape(host.shape, sharding)
-    if padded is not None:
-        big = np.zeros(padded, dtype=host.dtype)
-        big[_slices(host.shape)] = host
-        host = big
-    return topology.lay_out(host, sharding)
+    return topology.lay_out(pad_host(host, sharding), sharding)
 
 
 # -- writing back padded ----------------------------------------------------------
