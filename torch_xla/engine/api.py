@@ -6,7 +6,7 @@ Upstream's C++ `_XLAC` plays this role there: sync, graph capture and
 hashing, tensor introspection, the runtime's facts, the device generator.
 """
 from .base import config, events, frames, metrics  # noqa: F401  (re-exported)
-from .base.dtypes import JAX_TO_TORCH, NATURAL, to_jax, torch_to_numpy  # noqa: F401
+from .base.dtypes import JAX_TO_TORCH, NATURAL, storage_array, to_jax, torch_to_numpy  # noqa: F401
 from .ir.graph import op_name  # noqa: F401
 from .ir.graph import xla_shape as xla_shape_text  # noqa: F401
 from .compile import persistent as _persistent
@@ -321,8 +321,7 @@ def upload(cpu, device=None):
 
 def storage_numpy(cpu):
     """The numpy array the device stores for CPU tensor `cpu` (the engine's dtype rules)."""
-    from .lazy import transfers
-    return transfers.storage_array(transfers.torch_to_numpy(cpu.detach().contiguous()), cpu.dtype)
+    return storage_array(torch_to_numpy(cpu.detach().contiguous()), cpu.dtype)
 
 
 def from_device_array(arr, dtype):

@@ -10,7 +10,7 @@ import jax
 import torch
 
 from ..base import events, metrics, profiling
-from ..base.dtypes import numpy_to_torch, storage_array, torch_to_numpy  # noqa: F401  (api.storage_numpy)
+from ..base.dtypes import numpy_to_torch
 from ..ir import node as ir
 from ..ops.op import fill_args
 from ..ops.registry import handler

@@ -534,8 +534,7 @@ def padded_shards(t, s):
     device's tile of t zero-padded to the even shard shape (upstream's padded
     shards), with the slices of t it covers (clipped to t's shape)."""
     shape = tuple(t.shape)
-    tiles = _tiles(s, len(shape))
-    padded = tuple(-(-d // k) * k for d, k in zip(shape, tiles))
+    padded = padding.padded_shape(shape, s) or shape
     whole = whole_base(t)
     node = _base_data(whole)
     held = node.data if node is not None else None
@@ -545,9 +544,7 @@ def padded_shards(t, s):
         by_dev = {sh.device: sh.data for sh in held.addressable_shards}
         piece = lambda dev, idx: np.asarray(by_dev[dev])   # noqa: E731
     else:
-        full = np.asarray(topology.host_value(device_array(t)))   # the logical value
-        big = np.zeros(padded, dtype=full.dtype)
-        big[tuple(slice(0, d) for d in shape)] = full
+        big = padding.pad_host(np.asarray(topology.host_value(device_array(t))), s)   # the logical value, padded
         piece = lambda dev, idx: big[idx]   # noqa: E731
     where = s.devices_indices_map(padded)
     out = []
