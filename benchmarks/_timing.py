@@ -1,6 +1,7 @@
 """Timing helpers the benchmarks share."""
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,10 @@ def run_json(cmd, env=None, timeout=1800, cwd=None):
         return {"error": f"timed out after {timeout}s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
-        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+        err = out.stderr.strip().splitlines() or ["no output"]
+        # the exception's own line, not a note printed after it (JAX's traceback filter)
+        raised = [ln for ln in err if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln)]
+        return {"error": (raised or err)[-1][:300]}
     return json.loads(lines[-1])
 
 

@@ -34,13 +34,14 @@ CONFIGS = {
 }
 
 
-def _torch_parts(cfg, device):
+def _torch_parts(cfg, device, capturable=False):
     import torch
     from _models import param_count, torch_gpt
     model, idx, tgt, loss_fn = torch_gpt(cfg["batch"], seq=cfg["seq"], vocab=cfg["vocab"], d=cfg["d"],
                                          heads=cfg["heads"], layers=cfg["layers"])
     model = model.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    # capturable: the step count stays a device tensor, so no Python value changes per step
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, capturable=capturable)
     return model, idx.to(device), tgt.to(device), loss_fn, opt, param_count(model)
 
 
@@ -57,28 +58,57 @@ def _torch_step(model, idx, tgt, loss_fn, opt, device_type, bf16, after=lambda: 
     return step
 
 
-def worker_torch_xla(cfg, steps):
+def worker_torch_xla(cfg, steps, mode="lazy"):
+    """mode: "lazy" (the step traced every time, then xm.mark_step()), "openxla"
+    (the model under torch.compile(backend="openxla"), AdamW traced lazily) or
+    "replay" (the whole step under torch_xla.compile(replay=True), with
+    AdamW(capturable=True): replay needs the step count on the device)."""
+    import torch
     import torch_xla
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
     import torch_xla.runtime as xr
     dev = torch_xla.device()
-    model, idx, tgt, loss_fn, opt, n = _torch_parts(cfg, dev)
-    step = _torch_step(model, idx, tgt, loss_fn, opt, "xla", cfg["bf16"], after=xm.mark_step)
+    model, idx, tgt, loss_fn, opt, n = _torch_parts(cfg, dev, capturable=mode == "replay")
+    if mode == "openxla":
+        model = torch.compile(model, backend="openxla")
+    body = _torch_step(model, idx, tgt, loss_fn, opt, "xla", cfg["bf16"])
+    if mode == "replay":
+        compiled = torch_xla.compile(body, replay=True)
+
+        def step():
+            compiled()
+    else:
+        def step():
+            body()
+            xm.mark_step()
     t0 = time.perf_counter()
     step()
     xm.wait_device_ops()
     first = time.perf_counter() - t0
+    for _ in range(2):   # Dynamo's traces and the optimizer's state settle
+        step()
+    xm.wait_device_ops()
+    ex0 = (met.metric_data("ExecuteTime") or [0])[0]
     secs = median_step(step, xm.wait_device_ops, steps)
-    host = []   # the host's part: tracing the step and launching it, the device idle before
+    executed = ((met.metric_data("ExecuteTime") or [0])[0] - ex0) / (3 + 3 * steps)   # median_step: 3 warm-up steps, 3 runs of `steps`
+    host, trace = [], []   # the host's part, the device idle before: the whole step, and its body alone
     for _ in range(3):
         xm.wait_device_ops()
-        t0 = time.perf_counter()
-        step()
+        c0, t0 = time.thread_time(), time.perf_counter()
+        if mode == "replay":
+            step()
+            c1 = time.thread_time()
+        else:
+            body()
+            c1 = time.thread_time()
+            xm.mark_step()
         host.append(time.perf_counter() - t0)
+        trace.append(c1 - c0)
     xm.wait_device_ops()
     return {"step": secs, "first": first, "params": n, "device": f"{dev} ({xr.device_type()})",
-            "compiles": met.counter_value("UncachedCompile"), "host": sorted(host)[1]}
+            "compiles": met.counter_value("UncachedCompile"), "host": sorted(host)[1],
+            "trace_cpu": sorted(trace)[1], "executed": executed}
 
 
 def worker_eager(cfg, steps, compiled=False):
@@ -121,6 +151,8 @@ def worker_jax(cfg, steps):
 
 
 WORKERS = {"torch_xla": worker_torch_xla, "jax": worker_jax, "eager": worker_eager,
+           "openxla": lambda cfg, steps: worker_torch_xla(cfg, steps, "openxla"),
+           "replay": lambda cfg, steps: worker_torch_xla(cfg, steps, "replay"),
            "inductor": lambda cfg, steps: worker_eager(cfg, steps, compiled=True)}
 
 
@@ -154,7 +186,7 @@ def main(argv=None):
     cfg = CONFIGS[name]
     steps = a.steps or (3 if a.quick else 10)
     env = {"PJRT_DEVICE": "CUDA" if cuda else "CPU", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    competitors = ["torch_xla", "jax", "eager"] + (["inductor"] if cuda or a.inductor else [])
+    competitors = ["torch_xla", "openxla", "replay", "jax", "eager"] + (["inductor"] if cuda or a.inductor else [])
     tokens = cfg["batch"] * cfg["seq"]
     print(f"GPT training step, config '{name}': {cfg['layers']} layers, d={cfg['d']}, heads={cfg['heads']}, "
           f"vocab={cfg['vocab']}, batch {cfg['batch']} x seq {cfg['seq']} ({tokens} tokens/step), "
@@ -172,10 +204,12 @@ def main(argv=None):
         ratio = f"{r['step'] / ours:.2f}" if ours else "-"
         print(f"  {c:<12}{r['device'][:15]:<16}{r['params'] / 1e6:>11.1f}M{r['first']:>14.2f}"
               f"{r['step'] * 1e3:>10.2f}{tokens / r['step']:>11.0f}{ratio:>13}")
-    if "compiles" in results["torch_xla"]:
-        r = results["torch_xla"]
-        print(f"  torch_xla compiled {r['compiles']} graphs (the first step also creates the optimizer "
-              f"state); tracing and launching a step takes {r['host'] * 1e3:.1f} ms of the host")
+    for c in ("torch_xla", "openxla", "replay"):
+        r = results[c]
+        if "compiles" in r:
+            print(f"  {c}: {r['compiles']} graphs compiled, {r['executed']:.2f} executables per step; a step "
+                  f"launched on an idle device takes {r['host'] * 1e3:.1f} ms of the host "
+                  f"({r['trace_cpu'] * 1e3:.1f} ms of CPU before its barrier)")
     return 0 if all("error" not in r for r in results.values()) else 1
 
 

@@ -193,9 +193,11 @@ def _call_signature(leaves):
     return tuple(sig)
 
 
-def _replaying(f, ctx, max_signatures=64):
+def _replaying(f, ctx, max_signatures=64, give_up_after=3, retry_every=64):
     from torch.utils._pytree import tree_flatten
-    calls = {}   # signature -> (last captured call, stable: the same graph twice in a row)
+    # signature -> [last captured call (None once given up), stable: the same graph twice
+    # in a row, unstable captures in a row, plain calls since giving up]
+    calls = {}
     counter = _api.metrics.counter
 
     @functools.wraps(f)
@@ -204,22 +206,36 @@ def _replaying(f, ctx, max_signatures=64):
         sig = _call_signature(leaves)
         entry = calls.get(sig) if sig is not None else None
         if entry is not None and entry[1]:
-            out = entry[0].replay(leaves)
-            if out is not None:
+            done = entry[0].replay(leaves)
+            if done is not None:
                 counter("CompiledFnReplayed")
-                return out
+                return done[0]
             del calls[sig]   # a tensor it closes over died or changed shape: trace again
+            entry = None
         counter("CompiledFnTraced")
+        if entry is not None and entry[0] is None and entry[3] < retry_every:
+            # capturing costs a walk over every live tensor: a call that never settles
+            # (a Python value that changes each call) is traced plainly, retried now and then
+            entry[3] += 1
+            with ctx:
+                return f(*args, **kwargs)
         with ctx:
             cs, out = _api.capture_call(f, args, kwargs, after_trace=ctx.check_now)
         if sig is None:
             return out
         prev = calls.pop(sig, None)
-        stable = (cs.replayable and prev is not None and prev[0].replayable
+        stable = (cs.replayable and prev is not None and prev[0] is not None and prev[0].replayable
                   and prev[0].fingerprint == cs.fingerprint)
+        unstable = 0 if stable else (prev[2] + 1 if prev is not None else 1)
         if len(calls) >= max_signatures:
             calls.pop(next(iter(calls)))
-        calls[sig] = (cs, stable)
+        if unstable > give_up_after:
+            calls[sig] = [None, False, unstable, 0]
+            if _api.config.read("PT_XLA_DEBUG_LEVEL") >= 1:
+                print(f"pt-xla-profiler: torch_xla.compile({ctx.name}) stops capturing: {unstable} calls in a "
+                      f"row did not repeat one graph ({cs.why or 'the graph or a Python value it reads changed'})")
+        else:
+            calls[sig] = [cs, stable, unstable, 0]
         if not cs.replayable and _api.config.read("PT_XLA_DEBUG_LEVEL") >= 1:
             print(f"pt-xla-profiler: torch_xla.compile({ctx.name}) traces every call: {cs.why}")
         return out

@@ -70,3 +70,28 @@ def test_call_jax_inside_a_torch_graph_backward(dev):
 def test_cpu_tensor_rejected():
     with pytest.raises(TypeError, match="XLA device"):
         call_jax(jnp.sin, (torch.ones(2),))
+
+
+def _platform_norm(x):
+    # a function that picks its formulation by the platform it is lowered for (as
+    # custom_kernel's cuDNN attention does): same values, other vjp residuals
+    from torch_xla.engine import api
+    if api.lowering_platform() is not None:
+        return jnp.exp(0.5 * jnp.log(jnp.sum(x * x, axis=-1, keepdims=True)))
+    return jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_platform_choice_inside_a_function_trains(dev):
+    # the saved residuals and the op check are shaped for the platform the graph
+    # compiles for, not for the shape-only evaluation (which sees no platform)
+    torch.manual_seed(0)
+    x = torch.randn(3, 4) + 0.5
+    leaf = x.clone().requires_grad_()
+    want = torch.linalg.vector_norm(leaf, dim=-1, keepdim=True)
+    (want * torch.arange(3.0).view(3, 1)).sum().backward()
+    xd = x.to(dev).requires_grad_()
+    got = call_jax(_platform_norm, (xd,))
+    (got * torch.arange(3.0).view(3, 1).to(dev)).sum().backward()
+    xm.mark_step()
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xd.grad.cpu(), leaf.grad, rtol=1e-5, atol=1e-5)

@@ -66,6 +66,43 @@ def test_python_values_that_change_prevent_replay(dev):
     assert (replayed, traced) == (0, 4)
 
 
+def test_step_that_returns_nothing_replays(dev):
+    # most training loops' step returns None: a replay's None result is still a replay
+    cpu = _mlp()
+    xla = copy.deepcopy(cpu).to(dev)
+    opt_c = torch.optim.SGD(cpu.parameters(), lr=0.05, momentum=0.9)
+    opt_x = torch.optim.SGD(xla.parameters(), lr=0.05, momentum=0.9)
+    x, y = torch.randn(4, 8), torch.randn(4, 4)
+    xd, yd = x.to(dev), y.to(dev)
+
+    def step(model, opt, x, y):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+
+    compiled = torch_xla.compile(lambda: step(xla, opt_x, xd, yd), replay=True)
+    r0, t0 = _counts()
+    for _ in range(6):
+        step(cpu, opt_c, x, y)
+        assert compiled() is None
+    assert _counts() == (r0 + 3, t0 + 3)
+    for a, b in zip(cpu.parameters(), xla.parameters()):
+        torch.testing.assert_close(b.cpu(), a.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_call_that_never_settles_stops_capturing(dev, monkeypatch):
+    # capturing walks every live tensor: after a few captures that differ each time,
+    # calls are traced plainly (and stay correct)
+    from torch_xla.engine import api
+    captures = []
+    real = api.capture_call
+    monkeypatch.setattr(api, "capture_call", lambda *a, **k: captures.append(1) or real(*a, **k))
+    adam = lambda p: torch.optim.Adam(p, lr=0.01)  # noqa: E731
+    replayed, traced = _train(adam, adam, dev, steps=8)
+    assert (replayed, traced) == (0, 8)
+    assert len(captures) == 4
+
+
 def test_new_signature_or_argument_value_traces_again(dev):
     w = torch.randn(5, 5)
     wx = w.to(dev)

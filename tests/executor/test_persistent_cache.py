@@ -65,7 +65,10 @@ def test_second_process_compiles_nothing(tmp_path):
     checks1 = _train.checks
     first2, loss2, hit2, miss2, comp2 = _train(cache)
     assert (hit2, miss2) == (2, 0)
-    assert loss1 == loss2
+    if os.environ.get("PJRT_DEVICE", "CPU") == "CPU":
+        assert loss1 == loss2
+    else:   # a GPU's reductions may add in another order from run to run
+        assert abs(loss1 - loss2) <= 1e-6 * abs(loss1)
     # the first process's lowering checks were kept with its executables: none ran again
     assert checks1 > 20 and _train.checks == 0, (checks1, _train.checks)
     print(f"first step {first1:.3f}s -> {first2:.3f}s ({first1 / first2:.1f}x); "

@@ -528,7 +528,7 @@ def needs_materialization(t):
 def capture_call(fn, args, kwargs, after_trace=None):
     """torch_xla.compile(replay=True): trace fn(*args, **kwargs) lazily and
     capture the call, tensors it closes over included; -> (call step, result).
-    `step.replayable`, `step.why`, `step.fingerprint`, `step.replay(flat args)`."""
+    `step.replayable`, `step.why`, `step.fingerprint`, `step.replay(flat args)` (-> (result,) or None)."""
     from .lazy.replay import capture_call as _capture_call
     return _capture_call(fn, args, kwargs, after_trace)
 

@@ -275,9 +275,9 @@ class CallStep:
                  "out_spec", "out_fixed", "n_out", "replayable", "why", "fingerprint")
 
     def replay(self, leaves):
-        """-> the call's result, or None when a tensor it closes over is gone or
-        changed shape or storage, or an argument is a view now (the caller
-        traces again)."""
+        """-> (the call's result,), or None when a tensor it closes over is gone
+        or changed shape or storage, or an argument is a view now (the caller
+        traces again). A 1-tuple because the result itself is often None."""
         combined = []
         for i in self.arg_pos:
             a = leaves[i]
@@ -296,7 +296,7 @@ class CallStep:
         news = self.step.run(combined)
         for p, k in self.grad_slots:
             p.grad = None if k is None else news[k]
-        return self._result(news)
+        return (self._result(news),)
 
     def _result(self, news):
         flat = [None] * self.n_out

@@ -20,7 +20,7 @@ from ..compile import persistent
 from ..ir import node as ir
 from ..ir.node import _scalar_cache
 from ..ops import checks, registry
-from ..ops.context import ctx  # noqa: F401  (rules and handlers read it)
+from ..ops.context import LoweringContext, ctx, lowering  # noqa: F401  (rules and handlers read ctx)
 from ..ops.op import OpEntry, OpInfo, Slot, apply_entry  # noqa: F401
 from ..runtime import platform, topology
 from .state import Base
@@ -430,6 +430,17 @@ def device_mismatch_error(name, cpu_tensor):
 # ---------------------------------------------------------------------------
 # applying an entry to JAX arrays (graph replay and the abstract check)
 
+_CHECK_CONTEXTS = {}
+
+
+def _check_context():
+    p = platform.jax_platform()
+    c = _CHECK_CONTEXTS.get(p)
+    if c is None:
+        c = _CHECK_CONTEXTS[p] = LoweringContext(p)
+    return c
+
+
 def _check_entry(e, args, kwargs):
     """Run the lowering abstractly; record dtype fix-ups; raise with the user's line."""
     specs = []
@@ -456,7 +467,10 @@ def _check_entry(e, args, kwargs):
     for k, v in (kwargs or {}).items():
         collect(v, k in e.info.scalar_kw)
     try:
-        outs = jax.eval_shape(lambda *xs: apply_entry(e, xs), *specs)
+        # under the platform the graph compiles for: a rule or a call_jax function may
+        # choose a platform's kernel, and the check must see the outputs it will give
+        with lowering(_check_context()):
+            outs = jax.eval_shape(lambda *xs: apply_entry(e, xs), *specs)
     except Exception as exc:  # noqa: BLE001 - report any lowering bug at the user's line
         raise op_error(e.info, args, kwargs, exc) from exc
     if len(outs) != len(e.out_avals):

@@ -21,7 +21,9 @@ from jax import lax
 from ...base import config
 from ...base.dtypes import JAX_TO_TORCH
 from ...ir import node as ir
+from ...ops.context import LoweringContext, lowering
 from ...ops.op import OpInfo
+from ...runtime.platform import jax_platform
 from ..subgraph import CaptureError, capture, jax_spec  # noqa: F401  (re-exported)
 from ..tensor import XLATensor
 from .. import donation, index_checks
@@ -211,7 +213,11 @@ def _split_specs(spec, diff, fouts):
     """(forward spec with the vjp residuals as extra outputs, backward spec from
     residuals and cotangents to the gradients of `diff`), or None when a
     residual has no torch dtype."""
-    key = (spec, diff, fouts)
+    # a function may pick a platform's kernel while lowered (custom_kernel's cuDNN
+    # attention), whose vjp residuals differ from the reference's: the residuals are
+    # shaped for the platform the graph compiles for
+    platform = jax_platform()
+    key = (spec, diff, fouts, platform)
     if key in _split_cache:
         return _split_cache[key]
     n = len(spec.in_avals)
@@ -231,7 +237,8 @@ def _split_specs(spec, diff, fouts):
         return jax.vjp(f, *[prim[i] for i in diff], has_aux=True)
 
     try:
-        _outs, pull, _aux = jax.eval_shape(linearized, *[jax_spec(a) for a in spec.in_avals])
+        with lowering(LoweringContext(platform)):
+            _outs, pull, _aux = jax.eval_shape(linearized, *[jax_spec(a) for a in spec.in_avals])
         res_structs, tdef = jax.tree_util.tree_flatten(pull)
         res_avals = [(tuple(r.shape), JAX_TO_TORCH[r.dtype]) for r in res_structs]
     except (KeyError, TypeError):
@@ -254,9 +261,9 @@ def _split_specs(spec, diff, fouts):
                zip(args[nr:], [jax_spec(spec.out_avals[i]).dtype for i in fouts])]
         return list(pull(cts))
 
-    fwd = Spec(spec.kind, ("fwd", spec.key, diff, fouts), fwd_fn, spec.in_avals,
+    fwd = Spec(spec.kind, ("fwd", spec.key, diff, fouts, platform), fwd_fn, spec.in_avals,
                list(spec.out_avals) + res_avals, differentiable=False)
-    bwd = Spec(spec.kind + "_backward", ("bwd", spec.key, diff, fouts), bwd_fn,
+    bwd = Spec(spec.kind + "_backward", ("bwd", spec.key, diff, fouts, platform), bwd_fn,
                res_avals + [spec.out_avals[i] for i in fouts],
                [spec.in_avals[i] for i in diff])
     if len(_split_cache) > 1024:
