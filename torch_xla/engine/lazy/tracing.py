@@ -151,6 +151,25 @@ def _cpu_scalar(a):
     return ir.scalar_value(a.item(), to_jax(a.dtype).name)
 
 
+class _IntsMark:
+    """Marks a list of ints in an op key (walk_args' fast path); its repr is
+    stable across processes, as the persistent cache's digests need."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<ints>"
+
+
+_INTS = _IntsMark()
+
+
+def _all_ints(a):
+    for x in a:
+        if type(x) is not int:
+            return False
+    return True
+
+
 def walk_args(args, kwargs, info):
     """-> (key tuple, operand values list, operand hash list)."""
     key = []
@@ -182,6 +201,11 @@ def walk_args(args, kwargs, info):
                 key.append(_SKEY_F)
             ops.append(v)
             hs.append(v[0].hash)
+        elif (t is list or t is tuple) and i not in sp and _all_ints(a):
+            # the other hot case: a size or dims list (view, reshape, permute, sum)
+            key.append(_INTS)
+            key.append(t)
+            key.append(tuple(a))
         else:
             _walk(a, key, ops, hs, i in sp, fdt)
     if kwargs:

@@ -53,15 +53,11 @@ def _geometry(info, entry, layout, aval, args, kwargs):
     base, which holds its value contiguous at offset 0). Memoised per entry
     and input layout."""
     shape, dtype = aval
-    if layout is None:
-        key = entry
-        stride, off = _contiguous_strides(shape), 0
-    else:
-        stride, off = layout
-        key = (entry, stride, off)
+    key = entry if layout is None else (entry, layout[0], layout[1])
     got = _GEOM.get(key)
     if got is not None:
         return got
+    stride, off = (_contiguous_strides(shape), 0) if layout is None else layout
     try:
         n = 0 if 0 in shape else off + sum((s - 1) * st for s, st in zip(shape, stride)) + 1
         m = torch.empty(n, dtype=dtype, device="meta").as_strided(shape, stride, off)
