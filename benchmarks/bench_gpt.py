@@ -90,8 +90,9 @@ def worker_torch_xla(cfg, steps, mode="lazy"):
         step()
     xm.wait_device_ops()
     ex0 = (met.metric_data("ExecuteTime") or [0])[0]
-    secs = median_step(step, xm.wait_device_ops, steps)
-    executed = ((met.metric_data("ExecuteTime") or [0])[0] - ex0) / (3 + 3 * steps)   # median_step: 3 warm-up steps, 3 runs of `steps`
+    warmup, reps = 3, 3
+    secs = median_step(step, xm.wait_device_ops, steps, warmup=warmup, reps=reps)
+    executed = ((met.metric_data("ExecuteTime") or [0])[0] - ex0) / (warmup + reps * steps)
     host, trace = [], []   # the host's part, the device idle before: the whole step, and its body alone
     for _ in range(3):
         xm.wait_device_ops()

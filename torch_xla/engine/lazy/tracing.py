@@ -454,14 +454,17 @@ def device_mismatch_error(name, cpu_tensor):
 # ---------------------------------------------------------------------------
 # applying an entry to JAX arrays (graph replay and the abstract check)
 
-_CHECK_CONTEXTS = {}
+_CONTEXTS = {}
 
 
-def _check_context():
+def compile_context():
+    """The LoweringContext of the platform graphs compile for now (one per platform):
+    what a rule evaluated at trace time runs under, so that it sees the outputs its
+    lowering will give (a rule or call_jax function may pick a platform's kernel)."""
     p = platform.jax_platform()
-    c = _CHECK_CONTEXTS.get(p)
+    c = _CONTEXTS.get(p)
     if c is None:
-        c = _CHECK_CONTEXTS[p] = LoweringContext(p)
+        c = _CONTEXTS[p] = LoweringContext(p)
     return c
 
 
@@ -491,9 +494,7 @@ def _check_entry(e, args, kwargs):
     for k, v in (kwargs or {}).items():
         collect(v, k in e.info.scalar_kw)
     try:
-        # under the platform the graph compiles for: a rule or a call_jax function may
-        # choose a platform's kernel, and the check must see the outputs it will give
-        with lowering(_check_context()):
+        with lowering(compile_context()):
             outs = jax.eval_shape(lambda *xs: apply_entry(e, xs), *specs)
     except Exception as exc:  # noqa: BLE001 - report any lowering bug at the user's line
         raise op_error(e.info, args, kwargs, exc) from exc

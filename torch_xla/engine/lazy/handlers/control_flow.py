@@ -21,14 +21,13 @@ from jax import lax
 from ...base import config
 from ...base.dtypes import JAX_TO_TORCH
 from ...ir import node as ir
-from ...ops.context import LoweringContext, lowering
+from ...ops.context import lowering
 from ...ops.op import OpInfo
-from ...runtime.platform import jax_platform
 from ..subgraph import CaptureError, capture, jax_spec  # noqa: F401  (re-exported)
 from ..tensor import XLATensor
 from .. import donation, index_checks
 from ..state import value_of
-from ..tracing import ValueArg, trace_node, wrap
+from ..tracing import ValueArg, compile_context, trace_node, wrap
 from ..views import assign
 from . import random as rnd
 
@@ -216,7 +215,8 @@ def _split_specs(spec, diff, fouts):
     # a function may pick a platform's kernel while lowered (custom_kernel's cuDNN
     # attention), whose vjp residuals differ from the reference's: the residuals are
     # shaped for the platform the graph compiles for
-    platform = jax_platform()
+    context = compile_context()
+    platform = context.platform
     key = (spec, diff, fouts, platform)
     if key in _split_cache:
         return _split_cache[key]
@@ -237,7 +237,7 @@ def _split_specs(spec, diff, fouts):
         return jax.vjp(f, *[prim[i] for i in diff], has_aux=True)
 
     try:
-        with lowering(LoweringContext(platform)):
+        with lowering(context):
             _outs, pull, _aux = jax.eval_shape(linearized, *[jax_spec(a) for a in spec.in_avals])
         res_structs, tdef = jax.tree_util.tree_flatten(pull)
         res_avals = [(tuple(r.shape), JAX_TO_TORCH[r.dtype]) for r in res_structs]
