@@ -230,7 +230,8 @@ def _replaying(f, ctx, max_signatures=64, give_up_after=3, retry_every=64):
         if len(calls) >= max_signatures:
             calls.pop(next(iter(calls)))
         if unstable > give_up_after:
-            calls[sig] = [None, False, unstable, 0]
+            # a retry captures twice before giving up again: two captures can show it settled
+            calls[sig] = [None, False, give_up_after - 1, 0]
             if _api.config.read("PT_XLA_DEBUG_LEVEL") >= 1:
                 print(f"pt-xla-profiler: torch_xla.compile({ctx.name}) stops capturing: {unstable} calls in a "
                       f"row did not repeat one graph ({cs.why or 'the graph or a Python value it reads changed'})")

@@ -103,6 +103,26 @@ def test_call_that_never_settles_stops_capturing(dev, monkeypatch):
     assert len(captures) == 4
 
 
+def test_a_call_that_settles_late_replays_after_a_retry(dev):
+    # a Python value changes on the first six calls, then stays: once given up, a
+    # signature is captured again after `retry_every` plain calls, and two captures that
+    # agree bring replay back
+    state = {"k": 1.0}
+
+    def scale(x):
+        return x * state["k"]
+
+    compiled = torch_xla._replaying(scale, torch_xla._CompileContext(False, "scale"), retry_every=2)
+    x = torch.randn(4, 3)
+    xd = x.to(dev)
+    r0, t0 = _counts()
+    for i in range(12):
+        state["k"] = 1.0 + 0.1 * i if i < 6 else 2.0
+        torch.testing.assert_close(compiled(xd).cpu(), x * state["k"])
+    # calls 0-3 captured and given up, 4-5 plain, 6-7 captured again and agree, 8-11 replayed
+    assert _counts() == (r0 + 4, t0 + 8)
+
+
 def test_new_signature_or_argument_value_traces_again(dev):
     w = torch.randn(5, 5)
     wx = w.to(dev)
