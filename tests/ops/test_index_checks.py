@@ -91,3 +91,17 @@ def test_with_checks_off_every_gather_clamps(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "[3.0, 9.0] [3.0, 9.0] [[8.0, 9.0]]"
+
+
+def test_a_bad_step_queued_behind_good_ones_is_still_reported(dev):
+    # steps run ahead of the device; each barrier reads only the flags of runs
+    # already finished, oldest first, and a later read finds the bad one
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(8, 4).to(dev)
+    xm.mark_step()
+    with pytest.raises(IndexError, match=r"aten::embedding.*size 8"):
+        for step in range(6):
+            ids = torch.tensor([step % 8, 12 if step == 1 else 0]).to(dev)
+            out = emb(ids).sum()
+            xm.mark_step()
+        out.item()

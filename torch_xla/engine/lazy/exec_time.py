@@ -49,15 +49,23 @@ def launched(name, t0, outs):
     _queue.put(item)
 
 
+def _live(outs):
+    """The first output not yet donated or deleted, or None. Outputs are looked at
+    from the last: the first ones are the new values of tensors written in place,
+    which the next step donates, and a deleted array raises (8 us a time) where
+    is_deleted() is a flag read."""
+    for a in reversed(outs):
+        if not a.is_deleted():
+            return a
+    return None
+
+
 def _finished(outs):
-    deleted = 0
-    for a in outs:
-        try:
-            if a.is_ready():
-                return True
-        except Exception:  # donated to a later run, or deleted
-            deleted += 1
-    return deleted == len(outs)
+    a = _live(outs)
+    try:
+        return a is None or a.is_ready()
+    except Exception:  # deleted since
+        return True
 
 
 def _close(item, now):
@@ -85,12 +93,16 @@ def settle():
 
 
 def _await(outs):
-    for a in outs:
+    while True:
+        a = _live(outs)
+        if a is None:
+            return
         try:
             a.block_until_ready()
             return
-        except Exception:  # donated to a later run, or deleted: the next one
-            continue
+        except Exception:  # donated to a later run meanwhile: another; a failed run: done
+            if not a.is_deleted():
+                return
 
 
 def _watch():

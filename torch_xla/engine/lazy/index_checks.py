@@ -234,18 +234,20 @@ def verify(block):
     if not _unverified:
         return
     bad = None
-    keep = []
+    n = 0
+    # flags come from runs on one device, which finish in launch order: the first
+    # one not ready ends the scan (steps queued far ahead leave many pending)
     for arr, info in _unverified:
         try:
-            ready = block or arr.is_ready()
+            if not (block or arr.is_ready()):
+                break
         except Exception:  # noqa: BLE001 - deleted: nothing to check
+            n += 1
             continue
-        if not ready:
-            keep.append((arr, info))
-            continue
+        n += 1
         if bad is None and not bool(np.asarray(arr)):
             bad = info
-    _unverified[:] = keep
+    del _unverified[:n]
     if bad is not None:
         _unverified.clear()
         kind, name, shape, dim, size, src = bad
