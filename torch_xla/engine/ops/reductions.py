@@ -295,6 +295,18 @@ def _softmax(x, dim, half_to_float=False):
     return jax.nn.softmax(x1, axis=d).reshape(x.shape).astype(out_dtype())
 
 
+@lower("_safe_softmax")
+def _safe_softmax(x, dim, dtype=None):
+    """softmax, with 0 for a row that is all -inf (a fully masked attention row)
+    where softmax gives nan; one rule instead of PyTorch's five-op decomposition."""
+    out = _softmax(x, dim)
+    x1, d = _along(x, dim)
+    dead = jnp.all(x1 == -jnp.inf, axis=d, keepdims=True)
+    if x.ndim == 0:
+        dead = dead.reshape(())
+    return jnp.where(dead, jnp.zeros((), out.dtype), out)
+
+
 @lower("_log_softmax")
 def _log_softmax(x, dim, half_to_float=False):
     if x.size == 0:
