@@ -47,3 +47,63 @@ def test_inplace_fast_path_keeps_eager_refusals():
     f.mul_(torch.tensor([1.0, 2.0, 3.0], device=dev))
     f.add_(torch.ones(3, device=dev), alpha=2)
     torch.testing.assert_close(f.cpu(), torch.tensor([[3.0, 4.0, 5.0]] * 2))
+
+
+def _pair(*shapes, dtype=torch.float32):
+    torch.manual_seed(0)
+    cpu = [torch.randn(s).to(dtype) for s in shapes]
+    return cpu, [t.to(torch_xla.device()) for t in cpu]
+
+
+def _same(xs, cs):
+    for x, c in zip(xs, cs):
+        torch.testing.assert_close(x.cpu(), c)
+
+
+def test_a_foreach_call_is_one_node_with_the_element_ops_counted():
+    import torch_xla.debug.metrics as met
+    from torch_xla.engine.ir.graph import Graph
+    from torch_xla.engine.lazy import executor
+    cs, xs = _pair((3,), (2, 2), (4,), (1,))
+    gs, gx = _pair((3,), (2, 2), (4,), (1,))
+    xm.mark_step()
+    before = met.counter_value("xla::add") or 0
+    torch._foreach_add_(xs, gx, alpha=0.5)
+    torch._foreach_add_(cs, gs, alpha=0.5)
+    assert (met.counter_value("xla::add") or 0) - before == 4
+    g = Graph.capture(executor.pending_roots(xs))
+    assert [n.entry.name for n in g.order] == ["foreach"]
+    _same(xs, cs)
+
+
+@pytest.mark.parametrize("name,fn", [
+    # an element reads another element's target: element order shows, so element-wise
+    ("crossed", lambda a, b: torch._foreach_add_([a[0], a[1]], [a[1], a[0]])),
+    ("same target twice", lambda a, b: torch._foreach_mul_([a[0], a[0]], 3.0)),
+    ("self operand", lambda a, b: torch._foreach_mul_(a, a)),
+    ("view target", lambda a, b: torch._foreach_add_([a[0][1:], a[1]], [b[0][1:], b[1]])),
+    ("scalar list", lambda a, b: torch._foreach_addcdiv_(a, b, b, [0.5, -2.0])),
+    ("tensor scalars", lambda a, b: torch._foreach_mul_(a, torch.tensor(2.0))),
+    ("lerp", lambda a, b: torch._foreach_lerp_(a, b, 0.25)),
+])
+def test_inplace_foreach_matches_eager(name, fn):
+    ca, xa = _pair((3,), (3,))
+    cb, xb = _pair((3,), (3,))
+    fn(ca, cb)
+    fn(xa, xb)
+    _same(xa, ca)
+
+
+def test_functional_foreach_gives_one_tensor_per_element():
+    cs, xs = _pair((3,), (2, 5), (1,))
+    want = torch._foreach_sqrt(torch._foreach_abs(cs))
+    got = torch._foreach_sqrt(torch._foreach_abs(xs))
+    assert len(got) == 3
+    _same(got, want)
+
+
+def test_inplace_foreach_keeps_eager_refusals():
+    dev = torch_xla.device()
+    ints = [torch.zeros(3, dtype=torch.long, device=dev), torch.zeros(2, dtype=torch.long, device=dev)]
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch._foreach_add_(ints, [torch.ones(3, device=dev), torch.ones(2, device=dev)])

@@ -399,8 +399,8 @@ _FOREACH_CANDIDATES = {
 
 
 def _foreach_handler(func):
-    """_foreach_<op>[_] over lists: the per-tensor op, element by element (each
-    element is traced as usual, so the step stays one graph)."""
+    """_foreach_<op>[_] over lists: the per-tensor op on each element, traced as
+    one node when the elements allow (_trace_foreach), else element by element."""
     name = func._schema.name.split("::")[-1]
     inplace = name.endswith("_")
     base = name[len("_foreach_"):].rstrip("_")
@@ -422,39 +422,112 @@ def _foreach_handler(func):
     kw_only = [a.name for a in elem._schema.arguments if a.kwarg_only]
 
     plain = base != "norm" and "scalars" not in arg_names   # every element call is (list items, others)
+    fusable = [None]   # the element op's lowered OpInfo when elements can share one node, else False
 
     def h(args, kwargs):
         n = next(len(a) for a, is_list in zip(args, arg_is_list) if is_list)
         if plain and len(args) <= n_pos:
-            # the hot case (an optimizer's _foreach_add_ / _foreach_mul_): one handler, the
-            # per-element arguments picked by position, the keywords as they are
-            eh = _handlers.get(elem)
-            if eh is None:
-                eh = _handlers[elem] = make_handler(elem)
+            # the hot case (an optimizer's _foreach_add_ / _foreach_mul_): the per-element
+            # arguments picked by position, the keywords as they are
             flags = arg_is_list[:len(args)]
-            outs = [eh(tuple([a[i] if is_list else a for a, is_list in zip(args, flags)]), kwargs)
-                    for i in range(n)]
-            return None if inplace else outs
-        outs = []
-        for i in range(n):
-            ai = []
-            for a, is_list, nm in zip(args, arg_is_list, arg_names):
-                if is_list:
-                    ai.append(a[i])
-                elif nm == "scalars" and isinstance(a, torch.Tensor):
-                    ai.append(a[i].item())
-                else:
-                    ai.append(a)
-            kw = dict(kwargs)
-            if base == "norm" and len(ai) > 1:
-                kw = {"ord": ai[1], **({"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {})}
-                ai = ai[:1]
-            elif len(ai) > n_pos:
-                kw.update(zip(kw_only, ai[n_pos:]))
-                ai = ai[:n_pos]
-            outs.append(call(elem, tuple(ai), kw))
+            calls = [(tuple([a[i] if is_list else a for a, is_list in zip(args, flags)]), kwargs)
+                     for i in range(n)]
+        else:
+            calls = [_foreach_element(args, kwargs, i) for i in range(n)]
+        if fusable[0] is None:
+            fusable[0] = _fusable(elem, inplace)
+        if fusable[0] and n > 1:
+            out = _trace_foreach(fusable[0], calls, inplace)
+            if out is not _UNFUSED:
+                return out
+        eh = _handlers.get(elem)
+        if eh is None:
+            eh = _handlers[elem] = make_handler(elem)
+        outs = [eh(a, k) for a, k in calls]
         return None if inplace else outs
+
+    def _foreach_element(args, kwargs, i):
+        ai = []
+        for a, is_list, nm in zip(args, arg_is_list, arg_names):
+            if is_list:
+                ai.append(a[i])
+            elif nm == "scalars" and isinstance(a, torch.Tensor):
+                ai.append(a[i].item())
+            else:
+                ai.append(a)
+        kw = dict(kwargs)
+        if base == "norm" and len(ai) > 1:
+            kw = {"ord": ai[1], **({"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {})}
+            ai = ai[:1]
+        elif len(ai) > n_pos:
+            kw.update(zip(kw_only, ai[n_pos:]))
+            ai = ai[:n_pos]
+        return tuple(ai), kw
     return h
+
+
+_UNFUSED = object()
+
+
+def _fusable(elem, inplace):
+    """The OpInfo a `_foreach_` call's elements can be traced with as one node (see
+    _trace_foreach): the element op's own lowering when its handler is the plain
+    lowered one (for an in-place op, its functional twin's, with one tensor
+    result), else False."""
+    if inplace:
+        twin = _functional_twin(elem)
+        rets = twin._schema.returns if twin is not None else ()
+        if twin is None or _mutated_args(elem._schema) != [0] or len(rets) != 1 or str(rets[0].type) != "Tensor":
+            return False
+        elem = twin
+    h = _handlers.get(elem)
+    if h is None:
+        h = _handlers[elem] = make_handler(elem)
+    return getattr(h, "_lowered", None) or False
+
+
+def _trace_foreach(info, calls, inplace):
+    """The elements of a `_foreach_` call as ONE node (each element's own entry,
+    so values equal element-wise tracing): an optimizer's update over 150
+    parameters is a dozen nodes, not 1,800, to trace, key and walk at the
+    barrier. An in-place call fuses only when every target is a distinct whole
+    tensor (or an alias of one) that no other element reads (element-wise order would show) and keeps
+    its shape and dtype; else -> _UNFUSED and the caller goes element by element."""
+    if inplace:
+        targets = set()
+        for args, _ in calls:
+            t = args[0]
+            if type(t) is not XLATensor:
+                return _UNFUSED
+            s = t._lazy
+            if type(s) is not state.Base:
+                if s.chain:   # a window on a tensor (an alias of a whole one, a Parameter, is fine)
+                    return _UNFUSED
+                s = s.base
+            if id(s) in targets:
+                return _UNFUSED
+            targets.add(id(s))
+        for args, kwargs in calls:
+            for a in args[1:]:
+                if type(a) is XLATensor and a is not args[0]:
+                    s = a._lazy
+                    if id(s if type(s) is state.Base else s.base) in targets:
+                        return _UNFUSED
+            for a in kwargs.values():
+                if type(a) is XLATensor:
+                    return _UNFUSED
+    # None also for a promotion or broadcast eager refuses: element-wise, in its words
+    got = tracing.trace_fused(info, calls, inplace)
+    if got is None:
+        return _UNFUSED
+    node, entries = got
+    if not inplace:
+        return [new_base((node, i), e.out_avals[0]) for i, e in enumerate(entries)]
+    for i, (args, _) in enumerate(calls):
+        views.assign(args[0], (node, i))
+    return None
+
+
 
 
 def _inplace_view_handler(func, twin):

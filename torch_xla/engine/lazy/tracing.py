@@ -538,6 +538,82 @@ def trace_node(info, args, kwargs):
     return _Node(_OP, e, tuple(ops), hash(tuple(hs))), e
 
 
+# ---------------------------------------------------------------------------
+# one node for a `_foreach_` call
+
+class FusedEntry(OpEntry):
+    """The entry of a fused `_foreach_` node: `parts` lists each element's own
+    entry and how many of the node's operands it reads, in order."""
+    __slots__ = ("parts",)
+
+
+def _fused_lowering(*arrays):
+    e = ctx.entry
+    outs = []
+    k = 0
+    for sub, m in e.parts:
+        outs.extend(apply_entry(sub, arrays[k:k + m]))
+        k += m
+    return tuple(outs)
+
+
+# counted by the element ops' own counters (xla::add, ...), as element-wise tracing counts them
+FOREACH = OpInfo("foreach", None, _fused_lowering)
+_fused = {}   # the tuple of element entries -> their FusedEntry
+
+
+def trace_fused(info, calls, inplace=False):
+    """One node computing `info`'s op (an op with one tensor result) on each
+    (args, kwargs) of `calls`; -> (node, element entries), or None when an
+    element's op has more than one result or (`inplace`: the result is written
+    into args[0]) a result's shape or dtype is not its target's."""
+    ops = []
+    hs = []
+    entries = []
+    counts = []
+    memo = info.memo
+    for args, kwargs in calls:
+        try:
+            key, o, h = walk_args(args, kwargs, info)
+        except DeviceMismatch as e:
+            raise device_mismatch_error(info.name, e.args[0]) from None
+        e = memo.get(key)
+        if e is None:
+            e = memo[key] = make_entry(info, key, args, kwargs)
+        if e.out_struct is not None or (inplace and e.out_avals[0] != args[0]._lazy.aval):
+            return None
+        entries.append(e)
+        counts.append(len(o))
+        ops += o
+        hs += h
+    key = tuple(entries)
+    fe = _fused.get(key)
+    if fe is None:
+        if len(_fused) >= 4096:
+            _fused.clear()
+        fe = _fused[key] = _fused_entry(entries, counts)
+    info.traced += len(entries)
+    hs.append(fe.hash)
+    return _Node(_OP, fe, tuple(ops), hash(tuple(hs))), entries
+
+
+def _fused_entry(entries, counts):
+    fe = FusedEntry()
+    fe.info = FOREACH
+    fe.name = "foreach"
+    fe.parts = tuple(zip(entries, counts))
+    fe.static_key = tuple((e.name, e.static_key) for e in entries)
+    fe.hash = hash(("foreach",) + tuple(e.hash for e in entries))
+    fe.out_avals = [e.out_avals[0] for e in entries]
+    fe.out_struct = (tuple, tuple(range(len(entries))))
+    fe.template = tuple(Slot(i) for i in range(sum(counts)))
+    fe.kwtemplate = {}
+    fe.in_avals = [a for e in entries for a in e.in_avals]
+    fe.common_dtype = None
+    fe.cast = None
+    return fe
+
+
 def wrap(node, e):
     """New base tensors for a node's outputs, in the op's return structure."""
     if e.out_struct is None:
