@@ -105,3 +105,18 @@ def test_a_bad_step_queued_behind_good_ones_is_still_reported(dev):
             out = emb(ids).sum()
             xm.mark_step()
         out.item()
+
+
+def test_checks_of_dropped_results_do_not_join_the_next_graph(dev):
+    import torch_xla.debug.metrics as met
+    table = torch.randn(8, 4).to(dev)
+    xm.mark_step()
+    table[torch.tensor([1, 2]).to(dev)].sum()    # result dropped: nothing can read it
+    xm.mark_step()
+    met.clear_all()
+    x = torch.randn(3).to(dev)
+    for _ in range(3):
+        y = x * 2 + 1
+        xm.mark_step()
+        y.cpu()
+    assert met.counter_value("UncachedCompile") == 1

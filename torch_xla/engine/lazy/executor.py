@@ -150,6 +150,11 @@ def sync(tensors=None, wait=False, reason="user", donate_marked=False):
             bases, n_refs, n_live = state.take_pending()
             if bases:
                 full_barriers[1] += 1
+            else:
+                # no live tensor computes anything: the index checks still pending
+                # guard values nobody can read any more (a step whose results were all
+                # dropped). They would otherwise join the next, unrelated graph.
+                index_checks.take_pending(None, full=True)
             full = True
             views = _live_pending_views(bases)
         else:
