@@ -524,8 +524,8 @@ _Node = ir.Node
 _OP = ir.OP
 
 
-def trace_node(info, args, kwargs):
-    """Record info(*args, **kwargs) as a node; -> (node, entry)."""
+def entry_of(info, args, kwargs):
+    """-> (the OpEntry of info(*args, **kwargs), operand values, operand hashes)."""
     try:
         key, ops, hs = walk_args(args, kwargs, info)
     except DeviceMismatch as e:
@@ -533,6 +533,12 @@ def trace_node(info, args, kwargs):
     e = info.memo.get(key)
     if e is None:
         e = info.memo[key] = make_entry(info, key, args, kwargs)
+    return e, ops, hs
+
+
+def trace_node(info, args, kwargs):
+    """Record info(*args, **kwargs) as a node; -> (node, entry)."""
+    e, ops, hs = entry_of(info, args, kwargs)
     info.traced += 1
     hs.append(e.hash)
     return _Node(_OP, e, tuple(ops), hash(tuple(hs))), e
@@ -571,15 +577,8 @@ def trace_fused(info, calls, inplace=False):
     hs = []
     entries = []
     counts = []
-    memo = info.memo
     for args, kwargs in calls:
-        try:
-            key, o, h = walk_args(args, kwargs, info)
-        except DeviceMismatch as e:
-            raise device_mismatch_error(info.name, e.args[0]) from None
-        e = memo.get(key)
-        if e is None:
-            e = memo[key] = make_entry(info, key, args, kwargs)
+        e, o, h = entry_of(info, args, kwargs)
         if e.out_struct is not None or (inplace and e.out_avals[0] != args[0]._lazy.aval):
             return None
         entries.append(e)
