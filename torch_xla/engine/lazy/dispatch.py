@@ -165,6 +165,19 @@ def _composite(func):
     return h
 
 
+def _lowered_twin(twin, mut):
+    """The OpInfo an in-place op writing args `mut` traces its functional `twin`
+    with directly: when it writes self only, the twin has one tensor result and
+    the twin's handler is the plain lowered one; else None."""
+    rets = twin._schema.returns
+    if mut != [0] or len(rets) != 1 or str(rets[0].type) != "Tensor":
+        return None
+    th = _handlers.get(twin)
+    if th is None:
+        th = _handlers[twin] = make_handler(twin)
+    return getattr(th, "_lowered", None)
+
+
 def _inplace_handler(func, twin):
     twin_h = None
     lowered = None   # the twin's OpInfo when its handler is the plain lowered one
@@ -175,13 +188,7 @@ def _inplace_handler(func, twin):
         nonlocal twin_h, lowered
         if twin_h is None:
             twin_h = lambda a, k: call(twin, a, k)  # noqa: E731
-            th = _handlers.get(twin)
-            if th is None:
-                th = _handlers[twin] = make_handler(twin)
-            # a twin with one tensor result, traced by the plain lowered handler
-            rets = twin._schema.returns
-            one = mut == [0] and len(rets) == 1 and str(rets[0].type) == "Tensor"
-            lowered = getattr(th, "_lowered", None) if one else None
+            lowered = _lowered_twin(twin, mut)
         if len(args) > 1:
             views.check_partial_overlap(args[0], args[1:])
         if lowered is not None and type(args[0]) is XLATensor:
@@ -476,10 +483,7 @@ def _fusable(elem, inplace):
     result), else False."""
     if inplace:
         twin = _functional_twin(elem)
-        rets = twin._schema.returns if twin is not None else ()
-        if twin is None or _mutated_args(elem._schema) != [0] or len(rets) != 1 or str(rets[0].type) != "Tensor":
-            return False
-        elem = twin
+        return (twin is not None and _lowered_twin(twin, _mutated_args(elem._schema))) or False
     h = _handlers.get(elem)
     if h is None:
         h = _handlers[elem] = make_handler(elem)
@@ -491,8 +495,9 @@ def _trace_foreach(info, calls, inplace):
     so values equal element-wise tracing): an optimizer's update over 150
     parameters is a dozen nodes, not 1,800, to trace, key and walk at the
     barrier. An in-place call fuses only when every target is a distinct whole
-    tensor (or an alias of one) that no other element reads (element-wise order would show) and keeps
-    its shape and dtype; else -> _UNFUSED and the caller goes element by element."""
+    tensor (or an alias of one) that no other element reads (element-wise order
+    would show) and keeps its shape and dtype; else -> _UNFUSED and the caller
+    goes element by element."""
     if inplace:
         targets = set()
         for args, _ in calls:
@@ -526,8 +531,6 @@ def _trace_foreach(info, calls, inplace):
     for i, (args, _) in enumerate(calls):
         views.assign(args[0], (node, i))
     return None
-
-
 
 
 def _inplace_view_handler(func, twin):

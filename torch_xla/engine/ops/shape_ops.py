@@ -41,10 +41,15 @@ def _t(x):
     return x.T if x.ndim == 2 else x
 
 
+def _index_in(index, n):
+    """A select's index as a position 0..n-1 (eager counts a negative one from the end)."""
+    return index % n if index < 0 else index
+
+
 @lower("select.int", "select_copy.int")
 def _select(x, dim, index):
     d = dim % x.ndim
-    i = index % x.shape[d] if index < 0 else index
+    i = _index_in(index, x.shape[d])
     return lax.index_in_dim(x, i, axis=d, keepdims=False)
 
 
@@ -80,14 +85,14 @@ def _put_slice(x, src, d, start, end, step):
 @lower("select_scatter")
 def _select_scatter(x, src, dim, index):
     d = dim % x.ndim
-    i = index % x.shape[d] if index < 0 else index
+    i = _index_in(index, x.shape[d])
     return lax.dynamic_update_index_in_dim(x, src.astype(x.dtype), i, axis=d)
 
 
 @lower("select_backward")
 def _select_backward(grad, input_sizes, dim, index):
     d = dim % len(input_sizes)
-    i = index % input_sizes[d] if index < 0 else index
+    i = _index_in(index, input_sizes[d])
     return lax.dynamic_update_index_in_dim(jnp.zeros(tuple(input_sizes), out_dtype()), grad.astype(out_dtype()),
                                            i, axis=d)
 
