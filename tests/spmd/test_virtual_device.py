@@ -98,6 +98,38 @@ def test_an_unsharded_tensor_waits_on_the_host_until_a_graph_needs_it(spmd_run):
     spmd_run(UNSHARDED)
 
 
+FALLBACK_ON_SHARDED = """
+import numpy as np
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+import torch_xla.distributed.spmd as xs
+import torch_xla.runtime as xr
+
+xr.use_spmd()
+info = torch_xla._XLAC._get_xla_tensor_debug_info
+n = xr.global_runtime_device_count()
+x = torch.randn(16, 8)
+xt = x.to('xla')
+xs.mark_sharding(xt, xs.Mesh(np.arange(n), (n, 1)), (0, 1))
+met.clear_all()
+# torch.histc has no lowering: it runs on the CPU, so its result carries no sharding
+# and stays on the host until the next barrier, which replicates it (upstream's
+# test_fallback shows the same with torch.polar, which runs on the device here)
+h = torch.histc(xt * 2, bins=5)
+assert met.counter_value("aten::histc") == 1
+assert "ShardingSpec: None" in info(h) and "Tensor on host: with size [5]" in info(h), info(h)
+torch_xla.sync()
+assert "Tensor on host: None" in info(h) and "OpSharding: {replicated}" in info(h), info(h)
+torch.testing.assert_close(h.cpu(), torch.histc(x * 2, bins=5))
+print("OK")
+"""
+
+
+def test_a_cpu_fallback_on_a_sharded_tensor_leaves_an_unsharded_result_on_the_host(spmd_run):
+    spmd_run(FALLBACK_ON_SHARDED)
+
+
 RUNTIME_COUNTS = """
 import os
 import torch
