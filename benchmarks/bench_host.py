@@ -200,7 +200,7 @@ def main():
     started = metadata()
     bench_core.header(None)
     models = bench_core.MODELS[:1] if a.quick else bench_core.MODELS
-    steps, rounds, phase_steps = (6, 1, 5) if a.quick else (30, 5, 40)
+    steps, rounds, phase_steps = (6, 1, 5) if a.quick else (30, 9, 60)
     res = {"busy": {}, "lazy": {}, "compiled": {}}
     for kind, batch, _ in models:
         print(f"... {kind}: pure JAX with host work", flush=True)
