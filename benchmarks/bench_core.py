@@ -294,13 +294,12 @@ def count_dispatched_ops(step, sync):
     return n[0]
 
 
-def _compiled_step(kind, batch):
-    """The training step with the model under torch.compile(backend="openxla"), a
-    plain (not compiled) SGD momentum and xm.mark_step() each step. Runs under
-    upstream torch_xla too."""
+def xla_parts(kind, batch, compiled=False):
+    """(model, data, target, loss_fn, SGD momentum optimizer) of a benchmark model on the
+    XLA device; the model under torch.compile(backend="openxla") when `compiled`.
+    Runs under upstream torch_xla too."""
     import torch
     import torch_xla
-    import torch_xla.core.xla_model as xm
     if kind == "gpt":
         model, data, target, loss_fn = torch_gpt(batch, blocks="explicit")
     else:
@@ -308,7 +307,15 @@ def _compiled_step(kind, batch):
     dev = torch_xla.device()
     model, data, target = model.to(dev), data.to(dev), target.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    compiled = torch.compile(model, backend="openxla")
+    return (torch.compile(model, backend="openxla") if compiled else model), data, target, loss_fn, opt
+
+
+def _compiled_step(kind, batch):
+    """The training step with the model under torch.compile(backend="openxla"), a
+    plain (not compiled) SGD momentum and xm.mark_step() each step. Runs under
+    upstream torch_xla too."""
+    import torch_xla.core.xla_model as xm
+    compiled, data, target, loss_fn, opt = xla_parts(kind, batch, compiled=True)
 
     def step():
         opt.zero_grad()

@@ -108,25 +108,11 @@ class _DispatchClock:
         self.cls.__torch_dispatch__ = self.attr
 
 
-def _parts(kind, batch, compiled):
-    import torch
-    import torch_xla
-    from _models import torch_gpt, torch_mlp, torch_mnist
-    if kind == "gpt":
-        model, data, target, loss_fn = torch_gpt(batch, blocks="explicit")
-    else:
-        model, data, target, loss_fn = {"mlp": torch_mlp, "mnist": torch_mnist}[kind](batch)
-    dev = torch_xla.device()
-    model, data, target = model.to(dev), data.to(dev), target.to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    return (torch.compile(model, backend="openxla") if compiled else model), data, target, loss_fn, opt
-
-
 def bench_phases(kind, batch, compiled, steps, warmup=5):
     """Per phase of one step: (median wall s, median s inside the dispatcher,
     median aten calls), the device idle at the start of each step."""
     import torch_xla.core.xla_model as xm
-    model, data, target, loss_fn, opt = _parts(kind, batch, compiled)
+    model, data, target, loss_fn, opt = bench_core.xla_parts(kind, batch, compiled)
     box = {}
     run = {"zero_grad": opt.zero_grad,
            "forward": lambda: box.__setitem__("out", model(data)),
