@@ -15,8 +15,9 @@ the program's run. This benchmark measures both sides, in one process each:
                           mark_step): the wall time of each phase (the previous
                           step's run waited for first, as bench_core's per-step
                           tracing), how much of it is spent inside this
-                          project's dispatcher (XLATensor.__torch_dispatch__,
-                          outermost calls only), and the aten calls it receives.
+                          project's dispatcher (XLATensor.__torch_dispatch__),
+                          and the aten calls it receives (as bench_core counts
+                          a step's ops).
                           The rest of a phase is PyTorch's own work (nn.Module
                           calls, the autograd engine and its device thread,
                           Dynamo's guards, the optimizer's Python) and, for
@@ -74,8 +75,10 @@ def bench_busy(kind, batch, steps, rounds):
 
 
 class _DispatchClock:
-    """Time spent inside XLATensor.__torch_dispatch__ (outermost calls only, on
-    every thread: autograd runs backward on a device thread of its own)."""
+    """Time spent inside XLATensor.__torch_dispatch__ (outermost calls, so nested
+    ones are not counted twice) and the calls it receives, counted as
+    bench_core.count_dispatched_ops counts them (every call, a decomposition's
+    own calls too); on every thread: autograd runs backward on a device thread."""
 
     def __init__(self):
         from torch_xla.engine.lazy.tensor import XLATensor
@@ -93,6 +96,7 @@ class _DispatchClock:
         def timed(cls, func, types, args=(), kwargs=None):
             me = threading.get_ident()
             depth[me] += 1
+            self.calls += 1
             t0 = time.perf_counter_ns()
             try:
                 return inner(cls, func, types, args, kwargs)
@@ -100,7 +104,6 @@ class _DispatchClock:
                 depth[me] -= 1
                 if not depth[me]:
                     self.ns += time.perf_counter_ns() - t0
-                    self.calls += 1
         self.cls.__torch_dispatch__ = classmethod(timed)
         return self
 

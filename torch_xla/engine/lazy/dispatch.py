@@ -82,12 +82,17 @@ def _functional_twin(func):
     return by_name
 
 
-def call(func, args, kwargs):
-    """Run aten op func on XLA tensors through its handler (what dispatch would do)."""
+def handler_of(func):
+    """The handler of aten op func (made and kept on first use)."""
     h = _handlers.get(func)
     if h is None:
         h = _handlers[func] = make_handler(func)
-    return h(args, kwargs)
+    return h
+
+
+def call(func, args, kwargs):
+    """Run aten op func on XLA tensors through its handler (what dispatch would do)."""
+    return handler_of(func)(args, kwargs)
 
 
 def functional_handler(info):
@@ -172,10 +177,7 @@ def _lowered_twin(twin, mut):
     rets = twin._schema.returns
     if mut != [0] or len(rets) != 1 or str(rets[0].type) != "Tensor":
         return None
-    th = _handlers.get(twin)
-    if th is None:
-        th = _handlers[twin] = make_handler(twin)
-    return getattr(th, "_lowered", None)
+    return getattr(handler_of(twin), "_lowered", None)
 
 
 def _inplace_handler(func, twin):
@@ -447,9 +449,7 @@ def _foreach_handler(func):
             out = _trace_foreach(fusable[0], calls, inplace)
             if out is not _UNFUSED:
                 return out
-        eh = _handlers.get(elem)
-        if eh is None:
-            eh = _handlers[elem] = make_handler(elem)
+        eh = handler_of(elem)
         outs = [eh(a, k) for a, k in calls]
         return None if inplace else outs
 
@@ -484,10 +484,7 @@ def _fusable(elem, inplace):
     if inplace:
         twin = _functional_twin(elem)
         return (twin is not None and _lowered_twin(twin, _mutated_args(elem._schema))) or False
-    h = _handlers.get(elem)
-    if h is None:
-        h = _handlers[elem] = make_handler(elem)
-    return getattr(h, "_lowered", None) or False
+    return getattr(handler_of(elem), "_lowered", None) or False
 
 
 def _trace_foreach(info, calls, inplace):
