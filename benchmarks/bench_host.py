@@ -26,7 +26,22 @@ the program's run. This benchmark measures both sides, in one process each:
   [per op]                the lazy step's time per aten call over bench_core's
                           chain per op (bench_core's per-step tracing target
                           is 2x): as measured, without the dispatcher's share,
-                          and PyTorch's own part alone.
+                          and PyTorch's own part alone;
+  [PyTorch's floor]       what any implementation that runs the user's
+                          PyTorch step pays before doing anything of its own:
+                          (a) the MNIST CNN's torch.compile training step
+                          with a backend that computes nothing (each compiled
+                          graph returns the outputs of its first call) on CPU
+                          tensors, run beside pure JAX's step, against JAX's
+                          step alone, rounds alternating (MNIST only: the
+                          optimizer's arithmetic runs for real, negligible
+                          for its 21,840 parameters, not for the others');
+                          (b) PyTorch eager's own step on the CPU at batch 1
+                          (one thread: C++ kernels, no tracer, little
+                          arithmetic), warm and right after pure JAX's step
+                          ran, per aten call of the lazy step (the unit of
+                          bench_core's per-op target), over the chain's per
+                          op.
 
     python benchmarks/bench_host.py [--quick] [--json PATH]
 """
@@ -43,6 +58,7 @@ import bench_core  # noqa: E402
 from _report import metadata, write_json  # noqa: E402
 
 BUSY_MS = (0.5, 1.0, 2.0, 2.5)
+FLOOR_COMPILED = ("mnist", 64)   # the model whose optimizer arithmetic on the CPU is negligible
 PHASES = ("zero_grad", "forward", "loss", "backward", "opt.step", "mark_step")
 
 
@@ -143,6 +159,97 @@ def bench_phases(kind, batch, compiled, steps, warmup=5):
                    "ops": statistics.median(calls[name])} for name in PHASES}
 
 
+def _cpu_model(kind, batch):
+    if kind == "gpt":
+        return bench_core.torch_gpt(batch, blocks="explicit")
+    return {"mlp": bench_core.torch_mlp, "mnist": bench_core.torch_mnist}[kind](batch)
+
+
+def _memo_compiler(gm, example_inputs):
+    """An AOTAutograd compiler whose graph computes nothing: every call returns
+    the outputs of the first (boxed calling convention, as torch's own)."""
+    first = []
+
+    def run(args):
+        if not first:
+            first.append(gm(*args))
+        args.clear()
+        return first[0]
+    run._boxed_call = True
+    return run
+
+
+def bench_floor_compiled(kind, batch, steps, rounds):
+    """(floor step alone s, pure JAX's step alone s, JAX's step with the floor
+    step beside it s): the floor is the torch.compile training step with
+    _memo_compiler for forward and backward, on CPU tensors, with the same
+    plain SGD momentum and zero_grad."""
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+    model, data, target, loss_fn = _cpu_model(kind, batch)
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=_memo_compiler,
+                                                         bw_compiler=_memo_compiler))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def floor():
+        opt.zero_grad()
+        loss_fn(compiled(data), target).backward()
+        opt.step()
+    jstep, sync = bench_core._jax_step(kind, batch)
+
+    def both():
+        jstep()
+        floor()
+    alone, beside = [], []
+    for _ in range(rounds):
+        alone.append(bench_core.timeit(jstep, steps, sync=sync, reps=1))
+        beside.append(bench_core.timeit(both, steps, sync=sync, reps=1))
+    return {"floor": bench_core.timeit(floor, steps), "jax": statistics.median(alone),
+            "beside": statistics.median(beside)}
+
+
+def bench_floor_eager(kind, reps):
+    """PyTorch eager's training step on the CPU at batch 1, one intra-op thread:
+    (median s warm, median s right after pure JAX's step ran, aten calls)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    model, data, target, loss_fn = _cpu_model(kind, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(data), target).backward()
+        opt.step()
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+    try:
+        for _ in range(3):
+            step()
+        with Count():
+            step()
+        jstep, sync = bench_core._jax_step(kind, dict((k, b) for k, b, _ in bench_core.MODELS)[kind])
+        warm, cold = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            step()
+            warm.append(time.perf_counter() - t0)
+            jstep()
+            sync()
+            t0 = time.perf_counter()
+            step()
+            cold.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return {"warm": statistics.median(warm), "cold": statistics.median(cold), "ops": Count.calls}
+
+
 def _sum(phases, key):
     return sum(p[key] for p in phases.values())
 
@@ -179,6 +286,19 @@ def report(res):
         cells = "".join(f"{t / ops * 1e6:>9.1f} us {t / ops * 1e6 / chain:>5.2f}x"
                         for t in (wall, wall - inside, torch_own))
         print(f"  {bench_core.NAMES[kind]:<28}{cells}")
+    print("\n[PyTorch's floor] (a) the torch.compile step with a backend that computes nothing (CPU tensors), "
+          "ms: alone; pure JAX's step alone; JAX's step with it beside (over JAX alone; bench_core's target "
+          "for the compiled step is 1.05)")
+    for kind, f in res["floor_compiled"].items():
+        print(f"  {bench_core.NAMES[kind]:<28}{f['floor'] * 1e3:>9.3f}{f['jax'] * 1e3:>9.2f}"
+              f"{f['beside'] * 1e3:>9.2f} ({f['beside'] / f['jax']:.3f})")
+    print(f"  (b) PyTorch eager's own step on the CPU at batch 1, one thread, per aten call of the lazy step: warm; "
+          f"right after pure JAX's step ran (over the chain's {chain:.2f} us per op; the target is 2x); eager's "
+          "own aten calls")
+    for kind, f in res["floor_eager"].items():
+        ops = _sum(res["lazy"][kind], "ops")
+        cells = "".join(f"{t / ops * 1e6:>9.1f} us {t / ops * 1e6 / chain:>5.2f}x" for t in (f["warm"], f["cold"]))
+        print(f"  {bench_core.NAMES[kind]:<28}{cells}{f['ops']:>6}")
 
 
 def main():
@@ -190,13 +310,18 @@ def main():
     bench_core.header(None)
     models = bench_core.MODELS[:1] if a.quick else bench_core.MODELS
     steps, rounds, phase_steps = (6, 1, 5) if a.quick else (30, 9, 60)
-    res = {"busy": {}, "lazy": {}, "compiled": {}}
+    res = {"busy": {}, "lazy": {}, "compiled": {}, "floor_compiled": {}, "floor_eager": {}}
     for kind, batch, _ in models:
         print(f"... {kind}: pure JAX with host work", flush=True)
         res["busy"][kind] = bench_busy(kind, batch, steps, rounds)
         for mode in ("lazy", "compiled"):
             print(f"... {kind}: {mode} step phases", flush=True)
             res[mode][kind] = bench_phases(kind, batch, mode == "compiled", phase_steps)
+        print(f"... {kind}: PyTorch eager's step", flush=True)
+        res["floor_eager"][kind] = bench_floor_eager(kind, phase_steps)
+    kind, batch = FLOOR_COMPILED
+    print(f"... {kind}: torch.compile step with a backend that computes nothing", flush=True)
+    res["floor_compiled"][kind] = bench_floor_compiled(kind, batch, steps, max(rounds, 3))
     print("... tracing chain", flush=True)
     res["chain_us"] = bench_core.bench_tracing(reps=3 if a.quick else 10)[0]
     report(res)
@@ -205,7 +330,8 @@ def main():
                     settings={"steps": steps, "rounds": rounds, "phase_steps": phase_steps, "quick": a.quick},
                     models={k: {"batch": b, "name": n} for k, b, n in models},
                     busy={k: {str(ms): v for ms, v in t.items()} for k, t in res["busy"].items()},
-                    lazy=res["lazy"], compiled=res["compiled"], chain_us=res["chain_us"])
+                    lazy=res["lazy"], compiled=res["compiled"], floor_compiled=res["floor_compiled"],
+                    floor_eager=res["floor_eager"], chain_us=res["chain_us"])
         write_json(a.json, data)
 
 

@@ -571,6 +571,45 @@ def _host_section(d):
         w(f"| {names[kind]} | " + " | ".join(f"{t / ops * 1e6:.1f} µs ({t / ops * 1e6 / chain:.2f}×)"
                                               for t in (wall, wall - inside, own)) + " |")
     w("")
+    if "floor_compiled" in d:
+        out.extend(_floor_tables(d, names, chain))
+    return out
+
+
+def _floor_tables(d, names, chain):
+    """bench_host's [PyTorch's floor]: what running the user's PyTorch step costs
+    before this project does anything."""
+    out = []
+    w = out.append
+    w("### PyTorch's floor")
+    w("")
+    w("What any implementation that runs a user's PyTorch training step unchanged pays before doing any work "
+      "of its own. First, the MNIST CNN's `torch.compile` training step (zero_grad, forward, loss, backward, "
+      "SGD momentum) with a backend whose graphs compute nothing (each returns its first call's outputs), on "
+      "CPU tensors, run in the same loop as pure JAX's training step. The optimizer's arithmetic runs for "
+      "real, which is negligible for MNIST's 21,840 parameters (the other models are left out for that "
+      "reason). On two cores, that Python alone slows JAX's step by the ratio shown; `bench_core`'s target "
+      "for the compiled step is 1.05:")
+    w("")
+    w("| model | the step alone, ms | pure JAX's step, ms | JAX's step with it beside, ms |")
+    w("| --- | ---: | ---: | ---: |")
+    for kind, f in d["floor_compiled"].items():
+        w(f"| {names[kind]} | {f['floor'] * 1e3:.3f} | {f['jax'] * 1e3:.2f} | "
+          f"{f['beside'] * 1e3:.2f} ({f['beside'] / f['jax']:.2f}×) |")
+    w("")
+    w("Second, PyTorch eager's own training step on the CPU at batch 1 with one thread (C++ kernels, no "
+      "tracer, little arithmetic, though the MLP's optimizer still updates its 1.06 M parameters), per aten "
+      "call of the lazy step, warm and right after pure JAX's step ran "
+      f"(as `bench_core` measures a step's tracing), over the tracing chain's {chain:.2f} µs per op; "
+      "`bench_core`'s target for the lazy step is 2×:")
+    w("")
+    w("| model | warm | after JAX's step | eager's own aten calls |")
+    w("| --- | ---: | ---: | ---: |")
+    for kind, f in d["floor_eager"].items():
+        ops = sum(d["lazy"][kind][p]["ops"] for p in _PHASES)
+        w(f"| {names[kind]} | " + " | ".join(f"{t / ops * 1e6:.1f} µs ({t / ops * 1e6 / chain:.2f}×)"
+                                              for t in (f["warm"], f["cold"])) + f" | {f['ops']} |")
+    w("")
     return out
 
 

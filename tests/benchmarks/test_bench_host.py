@@ -1,5 +1,6 @@
-"""bench_host.py in its CI-sized form: pure JAX with host work added, and a lazy and a
-compiled step broken into phases, with the share of this project's dispatcher."""
+"""bench_host.py in its CI-sized form: pure JAX with host work added, a lazy and a
+compiled step broken into phases, with the share of this project's dispatcher, and
+PyTorch's floor (its own work in a compiled step beside pure JAX, eager's step per op)."""
 import re
 
 import pytest
@@ -27,3 +28,10 @@ def test_bench_host_quick_prints_every_section(run_quick):
     assert per_op, text
     us = [float(v) for v in re.findall(r"([\d.]+) us", per_op.group(1))]
     assert us[0] > us[1] > us[2] > 0, text   # each share taken out leaves less
+    floor = text.split("[PyTorch's floor]")[1]
+    beside = re.search(r"^  MNIST CNN, batch 64\s+([\d.]+)\s+([\d.]+)\s+([\d.]+) \(([\d.]+)\)$", floor, re.M)
+    assert beside, floor
+    alone, jax_alone, both, ratio = (float(v) for v in beside.groups())
+    assert 0 < alone < jax_alone and both > 0 and abs(ratio - both / jax_alone) < 0.01, floor
+    eager = re.search(r"^  MLP 4x512, batch 256\s+([\d.]+) us\s+[\d.]+x\s+([\d.]+) us\s+[\d.]+x\s+(\d+)$", floor, re.M)
+    assert eager and float(eager.group(1)) > 0 and float(eager.group(2)) > 0 and int(eager.group(3)) > 20, floor
