@@ -76,6 +76,23 @@ def test_a_foreach_call_is_one_node_with_the_element_ops_counted():
     _same(xs, cs)
 
 
+def test_a_repeated_foreach_call_reuses_its_node_entry_and_other_avals_get_their_own():
+    from torch_xla.engine.lazy import state
+    cs, xs = _pair((3,), (2, 2))
+    c16, x16 = _pair((3,), (2, 2), dtype=torch.float16)
+    cw, xw = _pair((5,), (2, 2))
+    entries = []
+    for c, x, k in ((cs, xs, 2.0), (c16, x16, 3.0), (cw, xw, 2.0), (cs, xs, 0.5)):
+        torch._foreach_mul_(c, k)
+        torch._foreach_mul_(x, k)
+        entries.append(state.value_of(x[0])[0].entry)
+        xm.mark_step()
+        _same(x, c)
+    # the same lists again (another scalar: an operand, not part of the key) share one entry
+    assert entries[3] is entries[0]
+    assert entries[1] is not entries[0] and entries[2] is not entries[0]
+
+
 @pytest.mark.parametrize("name,fn", [
     # an element reads another element's target: element order shows, so element-wise
     ("crossed", lambda a, b: torch._foreach_add_([a[0], a[1]], [a[1], a[0]])),

@@ -497,27 +497,31 @@ def _trace_foreach(info, calls, inplace):
     goes element by element."""
     if inplace:
         targets = set()
+        add = targets.add
+        Base = state.Base
         for args, _ in calls:
             t = args[0]
             if type(t) is not XLATensor:
                 return _UNFUSED
             s = t._lazy
-            if type(s) is not state.Base:
+            if type(s) is not Base:
                 if s.chain:   # a window on a tensor (an alias of a whole one, a Parameter, is fine)
                     return _UNFUSED
                 s = s.base
-            if id(s) in targets:
-                return _UNFUSED
-            targets.add(id(s))
+            add(id(s))
+        if len(targets) != len(calls):
+            return _UNFUSED
         for args, kwargs in calls:
-            for a in args[1:]:
-                if type(a) is XLATensor and a is not args[0]:
+            target = args[0]
+            for a in args:
+                if type(a) is XLATensor and a is not target:
                     s = a._lazy
-                    if id(s if type(s) is state.Base else s.base) in targets:
+                    if id(s if type(s) is Base else s.base) in targets:
                         return _UNFUSED
-            for a in kwargs.values():
-                if type(a) is XLATensor:
-                    return _UNFUSED
+            if kwargs:
+                for a in kwargs.values():
+                    if type(a) is XLATensor:
+                        return _UNFUSED
     # None also for a promotion or broadcast eager refuses: element-wise, in its words
     got = tracing.trace_fused(info, calls, inplace)
     if got is None:

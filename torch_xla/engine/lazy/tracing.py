@@ -170,11 +170,16 @@ def _all_ints(a):
     return True
 
 
-def walk_args(args, kwargs, info):
-    """-> (key tuple, operand values list, operand hash list)."""
-    key = []
-    ops = []
-    hs = []
+def walk_args(args, kwargs, info, into=None):
+    """-> (key tuple, operand values list, operand hash list). With `into`, a
+    (key, operands, hashes) triple of lists, appends to those and returns None
+    (trace_fused walks a `_foreach_` call's elements into one key)."""
+    if into is None:
+        key = []
+        ops = []
+        hs = []
+    else:
+        key, ops, hs = into
     sp = info.scalar_pos
     fdt = None   # the dtype of the last tensor operand: how a float scalar is fed
     for i, a in enumerate(args):
@@ -213,7 +218,8 @@ def walk_args(args, kwargs, info):
         for k, a in kwargs.items():
             key.append(k)
             _walk(a, key, ops, hs, k in sk, fdt)
-    return tuple(key), ops, hs
+    if into is None:
+        return tuple(key), ops, hs
 
 
 _infos = {}
@@ -566,34 +572,61 @@ def _fused_lowering(*arrays):
 # counted by the element ops' own counters (xla::add, ...), as element-wise tracing counts them
 FOREACH = OpInfo("foreach", None, _fused_lowering)
 _fused = {}   # the tuple of element entries -> their FusedEntry
+_calls = {}   # a call's key (its elements' keys) -> (FusedEntry, element entries), or None
+_ELEMENT = object()   # starts an element in a call's key
 
 
 def trace_fused(info, calls, inplace=False):
     """One node computing `info`'s op (an op with one tensor result) on each
     (args, kwargs) of `calls`; -> (node, element entries), or None when an
     element's op has more than one result or (`inplace`: the result is written
-    into args[0]) a result's shape or dtype is not its target's."""
+    into args[0]) a result's shape or dtype is not its target's.
+
+    The elements are walked into one key, looked up once: an optimizer's
+    update walks each parameter's operands and nothing more per element."""
+    key = [info, inplace]
     ops = []
     hs = []
+    into = (key, ops, hs)
+    try:
+        for args, kwargs in calls:
+            key.append(_ELEMENT)
+            walk_args(args, kwargs, info, into)
+    except DeviceMismatch as e:
+        raise device_mismatch_error(info.name, e.args[0]) from None
+    key = tuple(key)
+    got = _calls.get(key, _calls)
+    if got is _calls:
+        if len(_calls) >= 4096:
+            _calls.clear()
+        got = _calls[key] = _fused_entries(info, calls, inplace)
+    if got is None:
+        return None
+    fe, entries = got
+    info.traced += len(entries)
+    hs.append(fe.hash)
+    return _Node(_OP, fe, tuple(ops), hash(tuple(hs))), entries
+
+
+def _fused_entries(info, calls, inplace):
+    """A call's key seen for the first time: each element's own entry (made on a
+    memo miss, checked as element-wise tracing checks it), and their FusedEntry;
+    None when the call cannot be one node (see trace_fused)."""
     entries = []
     counts = []
     for args, kwargs in calls:
-        e, o, h = entry_of(info, args, kwargs)
+        e, o, _ = entry_of(info, args, kwargs)
         if e.out_struct is not None or (inplace and e.out_avals[0] != args[0]._lazy.aval):
             return None
         entries.append(e)
         counts.append(len(o))
-        ops += o
-        hs += h
     key = tuple(entries)
     fe = _fused.get(key)
     if fe is None:
         if len(_fused) >= 4096:
             _fused.clear()
         fe = _fused[key] = _fused_entry(entries, counts)
-    info.traced += len(entries)
-    hs.append(fe.hash)
-    return _Node(_OP, fe, tuple(ops), hash(tuple(hs))), entries
+    return fe, entries
 
 
 def _fused_entry(entries, counts):

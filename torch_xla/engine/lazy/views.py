@@ -274,8 +274,12 @@ def assign(t, v, fresh=False):
     if type(s) is Base:
         s.write(v)
         return
-    _check_no_overlap(s)
     base = s.base
+    if not s.chain:   # an alias of the whole base (a Parameter after .to())
+        base.write(v)
+        s.written(v)
+        return
+    _check_no_overlap(s)
     # through the chain: parents[i] is the input of chain step i
     parents = []
     pv, paval = base.value, base.aval
