@@ -332,3 +332,25 @@ def test_the_script_writes_the_page_without_importing_torch():
             "assert 'torch' not in sys.modules and 'jax' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_import_raises_the_young_gc_threshold_unless_told_not_to_and_never_lowers_it():
+    """A traced step keeps its graph alive until the barrier: Python's default first
+    threshold (700) would collect (and promote) it many times a step."""
+    import gc
+    from torch_xla.engine import api
+    assert gc.get_threshold()[0] >= 50000   # this process imported torch_xla with the default
+    code = "import gc; gc.set_threshold({}); import torch_xla; print(gc.get_threshold()[0])"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for knob, before, after in (("0", 700, 700), ("20000", 700, 20000), ("20000", 90000, 90000)):
+        out = subprocess.run([sys.executable, "-c", code.format(before)], env=dict(env, XLA_GC_GEN0_THRESHOLD=knob),
+                             capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert int(out.stdout.split()[-1]) == after, (knob, before, out.stdout)
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(80000, *saved[1:])
+        api._raise_gc_threshold(50000)
+        assert gc.get_threshold()[0] == 80000
+    finally:
+        gc.set_threshold(*saved)

@@ -185,6 +185,11 @@ _group(
          "with XLA_PERSISTENT_CACHE_PATH: load from the disk cache, never write"),
     Knob("XLA_USE_SPMD", FLAG, False, IMPORT, "start in SPMD mode (as `xr.use_spmd()`)"),
     Knob("XLA_USE_EAGER_DEBUG_MODE", FLAG, False, IMPORT, "run every op at once (eager mode)"),
+    Knob("XLA_GC_GEN0_THRESHOLD", INT, 50000, IMPORT,
+         "raise Python's first garbage-collection threshold to at least this many objects at import "
+         "(0: leave Python's settings alone); a traced step keeps its graph's objects alive until the "
+         "barrier, and at Python's default of 700 the collector would scan them, and every so often the "
+         "whole heap of torch and JAX, many times a step"),
     Knob("XLA_FLAGS", STR, "", START,
          "XLA's own compiler flags (XLA reads them when its backend starts); part of the persistent "
          "cache's key; replicas on the CPU get them without --xla_force_host_platform_device_count"),
