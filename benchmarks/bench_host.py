@@ -29,19 +29,20 @@ the program's run. This benchmark measures both sides, in one process each:
                           and PyTorch's own part alone;
   [PyTorch's floor]       what any implementation that runs the user's
                           PyTorch step pays before doing anything of its own:
-                          (a) the MNIST CNN's torch.compile training step
-                          with a backend that computes nothing (each compiled
-                          graph returns the outputs of its first call) on CPU
-                          tensors, run beside pure JAX's step, against JAX's
-                          step alone, rounds alternating (MNIST only: the
-                          optimizer's arithmetic runs for real, negligible
-                          for its 21,840 parameters, not for the others');
-                          (b) PyTorch eager's own step on the CPU at batch 1
-                          (one thread: C++ kernels, no tracer, little
-                          arithmetic), warm and right after pure JAX's step
-                          ran, per aten call of the lazy step (the unit of
-                          bench_core's per-op target), over the chain's per
-                          op.
+                          the model's structure on the CPU at sizes where
+                          its arithmetic is negligible (the same modules,
+                          parameters and aten calls: MLP width 8, GPT d 8,
+                          MNIST batch 1; _floor_model):
+                          (a) its torch.compile training step with a backend
+                          that computes nothing (each compiled graph returns
+                          the outputs of its first call), run beside pure
+                          JAX's step of the real model, against JAX's step
+                          alone, rounds alternating;
+                          (b) its eager training step (one thread: C++
+                          kernels, no tracer), warm and right after pure
+                          JAX's step ran, per aten call of the lazy step (the
+                          unit of bench_core's per-op target), over the
+                          chain's per op.
 
     python benchmarks/bench_host.py [--quick] [--json PATH]
 """
@@ -58,7 +59,6 @@ import bench_core  # noqa: E402
 from _report import metadata, write_json  # noqa: E402
 
 BUSY_MS = (0.5, 1.0, 2.0, 2.5)
-FLOOR_COMPILED = ("mnist", 64)   # the model whose optimizer arithmetic on the CPU is negligible
 PHASES = ("zero_grad", "forward", "loss", "backward", "opt.step", "mark_step")
 
 
@@ -159,10 +159,15 @@ def bench_phases(kind, batch, compiled, steps, warmup=5):
                    "ops": statistics.median(calls[name])} for name in PHASES}
 
 
-def _cpu_model(kind, batch):
+def _floor_model(kind):
+    """(model, data, target, loss_fn) on the CPU: the benchmark model's modules,
+    parameters and aten calls at sizes where the arithmetic costs next to
+    nothing (the MNIST CNN's sizes are fixed by its 28x28 input: batch 1)."""
     if kind == "gpt":
-        return bench_core.torch_gpt(batch, blocks="explicit")
-    return {"mlp": bench_core.torch_mlp, "mnist": bench_core.torch_mnist}[kind](batch)
+        return bench_core.torch_gpt(2, seq=4, vocab=16, d=8, heads=4, blocks="explicit")
+    if kind == "mlp":
+        return bench_core.torch_mlp(2, width=8)
+    return bench_core.torch_mnist(1)
 
 
 def _memo_compiler(gm, example_inputs):
@@ -181,12 +186,12 @@ def _memo_compiler(gm, example_inputs):
 
 def bench_floor_compiled(kind, batch, steps, rounds):
     """(floor step alone s, pure JAX's step alone s, JAX's step with the floor
-    step beside it s): the floor is the torch.compile training step with
-    _memo_compiler for forward and backward, on CPU tensors, with the same
-    plain SGD momentum and zero_grad."""
+    step beside it s): the floor is _floor_model's torch.compile training step
+    with _memo_compiler for forward and backward, with the same plain SGD
+    momentum and zero_grad."""
     import torch
     from torch._dynamo.backends.common import aot_autograd
-    model, data, target, loss_fn = _cpu_model(kind, batch)
+    model, data, target, loss_fn = _floor_model(kind)
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=_memo_compiler,
                                                          bw_compiler=_memo_compiler))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -209,11 +214,11 @@ def bench_floor_compiled(kind, batch, steps, rounds):
 
 
 def bench_floor_eager(kind, reps):
-    """PyTorch eager's training step on the CPU at batch 1, one intra-op thread:
-    (median s warm, median s right after pure JAX's step ran, aten calls)."""
+    """_floor_model's eager training step, one intra-op thread: (median s warm,
+    median s right after pure JAX's step ran, aten calls)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    model, data, target, loss_fn = _cpu_model(kind, 1)
+    model, data, target, loss_fn = _floor_model(kind)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -286,13 +291,13 @@ def report(res):
         cells = "".join(f"{t / ops * 1e6:>9.1f} us {t / ops * 1e6 / chain:>5.2f}x"
                         for t in (wall, wall - inside, torch_own))
         print(f"  {bench_core.NAMES[kind]:<28}{cells}")
-    print("\n[PyTorch's floor] (a) the torch.compile step with a backend that computes nothing (CPU tensors), "
-          "ms: alone; pure JAX's step alone; JAX's step with it beside (over JAX alone; bench_core's target "
-          "for the compiled step is 1.05)")
+    print("\n[PyTorch's floor] the model's structure on the CPU at sizes where its arithmetic is negligible. "
+          "(a) Its torch.compile step with a backend that computes nothing, ms: alone; pure JAX's step alone; "
+          "JAX's step with it beside (over JAX alone; bench_core's target for the compiled step is 1.05)")
     for kind, f in res["floor_compiled"].items():
         print(f"  {bench_core.NAMES[kind]:<28}{f['floor'] * 1e3:>9.3f}{f['jax'] * 1e3:>9.2f}"
               f"{f['beside'] * 1e3:>9.2f} ({f['beside'] / f['jax']:.3f})")
-    print(f"  (b) PyTorch eager's own step on the CPU at batch 1, one thread, per aten call of the lazy step: warm; "
+    print(f"  (b) Its eager step, one thread, per aten call of the lazy step: warm; "
           f"right after pure JAX's step ran (over the chain's {chain:.2f} us per op; the target is 2x); eager's "
           "own aten calls")
     for kind, f in res["floor_eager"].items():
@@ -317,11 +322,9 @@ def main():
         for mode in ("lazy", "compiled"):
             print(f"... {kind}: {mode} step phases", flush=True)
             res[mode][kind] = bench_phases(kind, batch, mode == "compiled", phase_steps)
-        print(f"... {kind}: PyTorch eager's step", flush=True)
+        print(f"... {kind}: PyTorch's floor", flush=True)
+        res["floor_compiled"][kind] = bench_floor_compiled(kind, batch, steps, max(rounds, 3))
         res["floor_eager"][kind] = bench_floor_eager(kind, phase_steps)
-    kind, batch = FLOOR_COMPILED
-    print(f"... {kind}: torch.compile step with a backend that computes nothing", flush=True)
-    res["floor_compiled"][kind] = bench_floor_compiled(kind, batch, steps, max(rounds, 3))
     print("... tracing chain", flush=True)
     res["chain_us"] = bench_core.bench_tracing(reps=3 if a.quick else 10)[0]
     report(res)

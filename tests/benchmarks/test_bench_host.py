@@ -29,7 +29,7 @@ def test_bench_host_quick_prints_every_section(run_quick):
     us = [float(v) for v in re.findall(r"([\d.]+) us", per_op.group(1))]
     assert us[0] > us[1] > us[2] > 0, text   # each share taken out leaves less
     floor = text.split("[PyTorch's floor]")[1]
-    beside = re.search(r"^  MNIST CNN, batch 64\s+([\d.]+)\s+([\d.]+)\s+([\d.]+) \(([\d.]+)\)$", floor, re.M)
+    beside = re.search(r"^  MLP 4x512, batch 256\s+([\d.]+)\s+([\d.]+)\s+([\d.]+) \(([\d.]+)\)$", floor, re.M)
     assert beside, floor
     alone, jax_alone, both, ratio = (float(v) for v in beside.groups())
     assert 0 < alone < jax_alone and both > 0 and abs(ratio - both / jax_alone) < 0.01, floor
