@@ -61,7 +61,7 @@ def _raise_gc_threshold(at_least):
     moving the survivors on; a traced step's IR survives until its barrier, so
     a big step (a 12-layer transformer: ~10,000 live objects) paid a dozen young
     collections and, every few steps, a full one over torch's and JAX's heap
-    (0.2 s on a 2-core machine): up to half its host time. Only ever raised, so
+    (0.2 s on a 2-core machine): a fifth of its time and more. Only ever raised, so
     a threshold the user set higher stays; cyclic garbage is still collected,
     later."""
     threshold = gc.get_threshold()
