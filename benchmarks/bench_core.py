@@ -126,19 +126,20 @@ def timeit(step, n, warmup=3, sync=lambda: None, reps=3):
     return best
 
 
-def alternate(named, steps, reps=3):
+def alternate(named, steps, reps=3, pick=min):
     """Steady-state time per step of several (step, sync) pairs, as timeit, their
     timed runs taken in turn (A B A B ...) so that the machine's load drifts
-    alike for all: {name: best seconds per step}."""
+    alike for all: {name: pick (best, or e.g. statistics.median) of its runs'
+    seconds per step}."""
     for step, sync in named.values():
         for _ in range(3):
             step()
         sync()
-    best = dict.fromkeys(named, float("inf"))
+    runs = {name: [] for name in named}
     for _ in range(reps):
         for name, (step, sync) in named.items():
-            best[name] = min(best[name], timeit(step, steps, warmup=1, sync=sync, reps=1))
-    return best
+            runs[name].append(timeit(step, steps, warmup=1, sync=sync, reps=1))
+    return {name: pick(v) for name, v in runs.items()}
 
 
 def step_tracing(step, sync, reps):
@@ -354,25 +355,19 @@ def bench_compiled_step(kind, batch, steps, reps=3, jax=None):
         data = met.metric_data(name)
         return int(data[0]) if data else 0
 
-    step = _compiled_step(kind, batch)
+    compiled = _compiled_step(kind, batch)
     for _ in range(3):   # Dynamo's traces, the bridge's graphs, the momentum buffers
-        step()
+        compiled()
     xm.wait_device_ops()
-    if jax:
-        for _ in range(3):
-            jax[0]()
-        jax[1]()
+    calls = [0]
+
+    def step():
+        calls[0] += 1
+        compiled()
     ex0, co0 = count("ExecuteTime"), count("CompileTime")
-    best = {"step": float("inf"), "jax": float("inf")}
-    for _ in range(reps):
-        best["step"] = min(best["step"], timeit(step, steps, warmup=0, sync=xm.wait_device_ops, reps=1))
-        if jax:
-            best["jax"] = min(best["jax"], timeit(jax[0], steps, warmup=1, sync=jax[1], reps=1))
-    n = steps * reps
-    out = {"step": best["step"], "executed": (count("ExecuteTime") - ex0) / n,
-           "compiled": (count("CompileTime") - co0) / n}
-    if jax:
-        out["jax"] = best["jax"]
+    out = alternate({"step": (step, xm.wait_device_ops), **({"jax": jax} if jax else {})}, steps, reps)
+    out["executed"] = (count("ExecuteTime") - ex0) / calls[0]
+    out["compiled"] = (count("CompileTime") - co0) / calls[0]
     return out
 
 

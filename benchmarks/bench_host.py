@@ -75,19 +75,14 @@ def bench_busy(kind, batch, steps, rounds):
     """Pure JAX's cached step (s) alone and with each BUSY_MS of host work per
     step; rounds alternate the settings so the machine's load drifts alike."""
     step, sync = bench_core._jax_step(kind, batch)
-    times = {0.0: []}
-    for ms in BUSY_MS:
-        times[ms] = []
-    for _ in range(rounds):
-        for ms in times:
-            if ms:
-                def fn(ms=ms):
-                    _busy(ms)
-                    step()
-            else:
-                fn = step
-            times[ms].append(bench_core.timeit(fn, steps, sync=sync, reps=1))
-    return {ms: statistics.median(v) for ms, v in times.items()}
+
+    def busy(ms):
+        def fn():
+            _busy(ms)
+            step()
+        return fn, sync
+    named = {0.0: (step, sync), **{ms: busy(ms) for ms in BUSY_MS}}
+    return bench_core.alternate(named, steps, rounds, pick=statistics.median)
 
 
 class _DispatchClock:
@@ -205,17 +200,16 @@ def bench_floor_compiled(kind, batch, steps, rounds):
     def both():
         jstep()
         floor()
-    alone, beside = [], []
-    for _ in range(rounds):
-        alone.append(bench_core.timeit(jstep, steps, sync=sync, reps=1))
-        beside.append(bench_core.timeit(both, steps, sync=sync, reps=1))
-    return {"floor": bench_core.timeit(floor, steps), "jax": statistics.median(alone),
-            "beside": statistics.median(beside)}
+    out = bench_core.alternate({"jax": (jstep, sync), "beside": (both, sync)}, steps, rounds,
+                               pick=statistics.median)
+    out["floor"] = bench_core.timeit(floor, steps)
+    return out
 
 
-def bench_floor_eager(kind, reps):
+def bench_floor_eager(kind, batch, reps):
     """_floor_model's eager training step, one intra-op thread: (median s warm,
-    median s right after pure JAX's step ran, aten calls)."""
+    median s right after pure JAX's step (of the benchmark model at `batch`)
+    ran, aten calls)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     model, data, target, loss_fn = _floor_model(kind)
@@ -239,7 +233,7 @@ def bench_floor_eager(kind, reps):
             step()
         with Count():
             step()
-        jstep, sync = bench_core._jax_step(kind, dict((k, b) for k, b, _ in bench_core.MODELS)[kind])
+        jstep, sync = bench_core._jax_step(kind, batch)
         warm, cold = [], []
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -324,7 +318,7 @@ def main():
             res[mode][kind] = bench_phases(kind, batch, mode == "compiled", phase_steps)
         print(f"... {kind}: PyTorch's floor", flush=True)
         res["floor_compiled"][kind] = bench_floor_compiled(kind, batch, steps, max(rounds, 3))
-        res["floor_eager"][kind] = bench_floor_eager(kind, phase_steps)
+        res["floor_eager"][kind] = bench_floor_eager(kind, batch, phase_steps)
     print("... tracing chain", flush=True)
     res["chain_us"] = bench_core.bench_tracing(reps=3 if a.quick else 10)[0]
     report(res)
