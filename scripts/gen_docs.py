@@ -518,6 +518,11 @@ def _compile_section(d):
 _PHASES = ("zero_grad", "forward", "loss", "backward", "opt.step", "mark_step")
 
 
+def _total(phases, key):
+    """A step's sum over its phases of bench_host's `key` (wall, inside, ops)."""
+    return sum(phases[p][key] for p in _PHASES)
+
+
 def _host_section(d):
     out = []
     w = out.append
@@ -552,9 +557,7 @@ def _host_section(d):
         w("| model | " + " | ".join(f"`{p}`" for p in _PHASES) + " | total | aten calls |")
         w("| --- | " + " | ".join("---:" for _ in _PHASES) + " | ---: | ---: |")
         for kind, ph in d[mode].items():
-            wall = sum(ph[p]["wall"] for p in _PHASES)
-            inside = sum(ph[p]["inside"] for p in _PHASES)
-            ops = sum(ph[p]["ops"] for p in _PHASES)
+            wall, inside, ops = _total(ph, "wall"), _total(ph, "inside"), _total(ph, "ops")
             w(f"| {names[kind]} | " + " | ".join(f"{ph[p]['wall'] * 1e6:.0f} / {ph[p]['inside'] * 1e6:.0f}"
                                                for p in _PHASES) +
               f" | {wall * 1e6:.0f} / {inside * 1e6:.0f} | {ops:.0f} |")
@@ -567,9 +570,7 @@ def _host_section(d):
     w("| model | measured | without the dispatcher | PyTorch's own part |")
     w("| --- | ---: | ---: | ---: |")
     for kind, ph in d["lazy"].items():
-        ops = sum(ph[p]["ops"] for p in _PHASES)
-        wall = sum(ph[p]["wall"] for p in _PHASES)
-        inside = sum(ph[p]["inside"] for p in _PHASES)
+        wall, inside, ops = _total(ph, "wall"), _total(ph, "inside"), _total(ph, "ops")
         own = sum(ph[p]["wall"] - ph[p]["inside"] for p in ("forward", "loss", "backward", "opt.step"))
         w(f"| {names[kind]} | " + " | ".join(f"{t / ops * 1e6:.1f} µs ({t / ops * 1e6 / chain:.2f}×)"
                                               for t in (wall, wall - inside, own)) + " |")
@@ -612,7 +613,7 @@ def _floor_tables(d, names, chain):
     w("| model | warm | after JAX's step | eager's own aten calls |")
     w("| --- | ---: | ---: | ---: |")
     for kind, f in d["floor_eager"].items():
-        ops = sum(d["lazy"][kind][p]["ops"] for p in _PHASES)
+        ops = _total(d["lazy"][kind], "ops")
         w(f"| {names[kind]} | " + " | ".join(f"{t / ops * 1e6:.1f} µs ({t / ops * 1e6 / chain:.2f}×)"
                                               for t in (f["warm"], f["cold"])) + f" | {f['ops']} |")
     w("")
